@@ -20,15 +20,31 @@ Into every run directory (PNG, drawn headless with matplotlib's Agg canvas):
 * ``clusters.png`` (runs with ``assignments.parquet``: IFCA, FPFC) shows the hard clustering
   behind papers/fpfc.md **Table 1**'s Num and ARI columns: each client's predicted cluster,
   coloured by its true cluster, with the ARI and the number of clusters in the title.
+* ``ccfl_accuracy.png`` (stream runs: CCFL, FedSoft-Async, Local as a stream) reproduces
+  papers/ccfl.md **Figure 3**: over upload-download cycles (a client's k-th upload), the mean over
+  clients of Cli Bfr (``accuracy_before``, the local model before its k-th upload) and Cli Aft
+  (``accuracy_after``, the model received for that upload), and the mean accuracy of the cluster
+  models on their own distribution at cycle = step / clients (the average number of cycles done
+  by then; clients = those that uploaded); a grey step line on the right axis counts the clients
+  that reached each cycle (fast clients reach more cycles, so the tail averages few clients).
 * ``report.md``: algorithm, rounds, the best center of each distribution and its metric, the
-  weight MAE, ARI and number of clusters where present, the local models' means, and the
+  weight MAE, ARI and number of clusters where present, the local models' means, for stream
+  runs the summary's Cli Bfr / Cli Aft / Cluster / KL (and bytes downloaded per client), and the
   figures (and why any was skipped: no importance weights, e.g. FedAvg and Local; no centers,
-  Local).
+  Local; a stream whose clients' mixtures drift has no groups for Figure 1's bottom).
 
 Given several run directories, also into ``out`` (default: the first run's parent directory):
-``comparison.md`` (one row per run) and ``comparison_center_metric.png`` (per distribution, the
-best center's metric at every evaluation, i.e. the best over the centers at that round, one line
-per run).
+``comparison.md`` (one row per run; with stream runs also their Cli Bfr / Cli Aft / Cluster / KL
+table) and ``comparison_center_metric.png`` (per distribution, the best center's metric at every
+evaluation, i.e. the best over the centers at that round, one line per run); with at least two
+stream runs, ``comparison_kl.png`` reproduces papers/ccfl.md **Figure 4(b)**: the mean KL(true
+mixture || estimate) over all uploads, one bar per run that records ``kl``.
+
+Stream runs (a ``summary.json`` ``algorithm`` in :data:`STREAM_ALGORITHMS`, or client rows named
+``accuracy_before``) have one upload per step: their x axes say "global epoch t (uploads)", and
+cluster model k belongs to distribution k by construction (pre-trained on its public set; the
+estimates and the KL compare u_k with share k), so the figures match center k to distribution k
+rather than using the summary's accuracy-based matching.
 
 Every plotting function returns its :class:`~matplotlib.figure.Figure` (or ``None`` when the
 run has nothing to draw), so its data can be read back from the axes. Figures are built with
@@ -63,6 +79,7 @@ SHARE_BINS = 5
 _LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}  # as raysoft.evaluation
 _PANEL = (4.6, 3.4)  # inches per subplot
 _DPI = 100
+STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # asynchronous streams (raysoft/stream.py)
 _WEIGHT_COLUMNS = ["run_id", "step", "client", "center", "estimate"]
 _CLIENT_COLUMNS = ["run_id", "step", "client", "distribution", "share", "samples"]
 
@@ -71,7 +88,9 @@ FIGURE_FILES = {
     "weights_by_group": "weights_by_group.png",
     "final_weights": "final_weights.png",
     "clusters": "clusters.png",
+    "ccfl_accuracy": "ccfl_accuracy.png",
 }
+COMPARISON_FILES = {"center_metric": "comparison_center_metric.png", "kl": "comparison_kl.png"}
 
 
 class ReportError(ValueError):
@@ -115,10 +134,28 @@ class RunData:
         return lower_is_better(self.metric)
 
     @property
-    def matching(self) -> dict[int, int] | None:
-        """Distribution -> center, when the summary has a one-to-one matching."""
+    def is_stream(self) -> bool:
+        """An asynchronous stream run: a stream algorithm, or client rows named ``accuracy_before``."""
+        if self.algorithm in STREAM_ALGORITHMS:
+            return True
+        m = self.metrics
+        return bool(((m.scope == "client") & (m.metric == "accuracy_before")).any())
+
+    @property
+    def summary_matching(self) -> dict[int, int] | None:
+        """Distribution -> center as summary.json has it (by the final scores), if it has one."""
         m = self.summary.get("matching")
         return {int(d): int(c) for d, c in m.items()} if m else None
+
+    @property
+    def matching(self) -> dict[int, int] | None:
+        """Distribution -> center: the summary's one-to-one matching; for stream runs the
+        identity over the cluster models (cluster k is distribution k's by construction)."""
+        if self.is_stream:
+            c = self.center_scores()
+            both = set(c.entity.unique()) & set(c.eval_dist.unique())
+            return {int(k): int(k) for k in sorted(both)} or None
+        return self.summary_matching
 
     def center_scores(self) -> pd.DataFrame:
         """The cluster rows of the headline metric (step, entity = center, eval_dist, value)."""
@@ -234,6 +271,57 @@ def best_center_series(run: RunData) -> pd.DataFrame:
     return c.pivot_table(index="step", columns="eval_dist", values="value", aggfunc=agg).sort_index()
 
 
+def mixture_drifts(run: RunData) -> bool:
+    """Whether some client's recorded true mixture changes over the steps (stream drift)."""
+    c = run.clients
+    if c.empty:
+        return False
+    return bool((c.groupby(["client", "distribution"]).share.nunique() > 1).any())
+
+
+def upload_cycles(run: RunData) -> pd.DataFrame:
+    """One row per upload: client, step, cycle (the client's k-th upload, 1-based, by step) and
+    Cli Bfr (``before``). Empty for runs without ``accuracy_before`` rows."""
+    m = run.metrics
+    b = m[(m.scope == "client") & (m.metric == "accuracy_before")]
+    b = b.sort_values(["entity", "step"], kind="stable")
+    return pd.DataFrame({
+        "client": b.entity.to_numpy(), "step": b.step.to_numpy(),
+        "cycle": b.groupby("entity").cumcount().to_numpy() + 1, "before": b.value.to_numpy(),
+    })
+
+
+def stream_accuracy(run: RunData) -> dict[str, pd.Series]:
+    """Figure 3's curves, each a Series indexed by cycle: ``cli_bfr`` and ``cli_aft`` (mean over
+    the clients that made that cycle's upload; Cli Aft rows are filed under their upload's step),
+    ``clients`` (how many clients made a k-th upload) and ``cluster`` (mean accuracy of the
+    cluster models on their own distribution, at cycle = step / the number of uploading clients).
+    Curves without rows are left out; empty for runs that are not streams."""
+    ups = upload_cycles(run)
+    if ups.empty:
+        return {}
+    out = {"cli_bfr": ups.groupby("cycle").before.mean(), "clients": ups.groupby("cycle").client.nunique()}
+    m = run.metrics
+    after = m[(m.scope == "client") & (m.metric == "accuracy_after")]
+    after = after[["entity", "step", "value"]].rename(columns={"entity": "client"})
+    after = after.merge(ups[["client", "step", "cycle"]], on=["client", "step"], how="inner")
+    if not after.empty:
+        out["cli_aft"] = after.groupby("cycle").value.mean()
+    own = m[(m.scope == "cluster") & (m.metric == "accuracy") & (m.entity == m.eval_dist)]
+    if not own.empty:
+        per_step = own.groupby("step").value.mean()
+        per_step.index = per_step.index.to_numpy() / ups.client.nunique()
+        out["cluster"] = per_step.rename_axis("cycle")
+    return out
+
+
+def mean_kl(run: RunData) -> float | None:
+    """The mean of the client rows named ``kl`` (one per upload); ``None`` without any."""
+    m = run.metrics
+    kl = m[(m.scope == "client") & (m.metric == "kl")].value
+    return float(kl.mean()) if len(kl) else None
+
+
 # ---------------------------------------------------------------------------- figures
 def _figure(panels: int, max_cols: int = 4) -> tuple[Figure, list]:
     cols = max(1, min(panels, max_cols))
@@ -256,8 +344,8 @@ def _title(run: RunData, what: str) -> str:
     return f"{run.algorithm}: {what}\n{run.name}"
 
 
-def _rounds_axis(ax) -> None:
-    ax.set_xlabel("round")
+def _rounds_axis(ax, stream: bool = False) -> None:
+    ax.set_xlabel("global epoch t (uploads)" if stream else "round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
@@ -279,7 +367,7 @@ def plot_center_metric(run: RunData) -> Figure | None:
             ax.plot(series.step.to_numpy(), series.value.to_numpy(), style, marker="o", markersize=3,
                     label=f"center {c}" + (" (matched)" if c == matching.get(d) else ""), gid=f"center-{c}")
         ax.set_title(f"distribution {d}")
-        _rounds_axis(ax)
+        _rounds_axis(ax, run.is_stream)
         ax.set_ylabel(f"test {run.metric}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
@@ -290,9 +378,10 @@ def plot_center_metric(run: RunData) -> Figure | None:
 def plot_weights_by_group(run: RunData) -> Figure | None:
     """Figure 1 (bottom): mean importance weight over rounds per true-mixture group. One panel
     per distribution (its matched center; unmatched centers after) or per center; one line per
-    group (label and ``gid`` = the group label). ``None`` when the run records no weights."""
+    group (label and ``gid`` = the group label). ``None`` when the run records no weights, or for
+    a stream whose clients' true mixtures drift (no client has one true mixture to group by)."""
     w = run.weights
-    if w.empty:
+    if w.empty or (run.is_stream and mixture_drifts(run)):
         return None
     groups, order = mixture_groups(true_shares(run))
     if groups.empty:
@@ -317,7 +406,7 @@ def plot_weights_by_group(run: RunData) -> Figure | None:
             series = mean.loc[(c, g)].sort_index()
             ax.plot(series.index.to_numpy(), series.to_numpy(), marker="o", markersize=3, label=g, gid=g)
         ax.set_title(title)
-        _rounds_axis(ax)
+        _rounds_axis(ax, run.is_stream)
         ax.set_ylabel("mean importance weight")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
@@ -384,6 +473,72 @@ def plot_clusters(run: RunData) -> Figure | None:
     return fig
 
 
+def plot_stream_accuracy(run: RunData) -> Figure | None:
+    """papers/ccfl.md Figure 3: mean Cli Bfr (``gid`` ``cli_bfr``) and Cli Aft (``cli_aft``) over
+    the clients at every upload-download cycle, and the cluster models' mean accuracy on their own
+    distribution (``cluster``) at cycle = step / clients, all on ``axes[0]``; on its twin
+    (``axes[1]``) the number of clients that reached each cycle (``clients``). See
+    :func:`stream_accuracy`. ``None`` for runs that are not streams."""
+    curves = stream_accuracy(run)
+    if not curves:
+        return None
+    fig, (ax,) = _figure(1)
+    fig.set_size_inches(_PANEL[0] + 2.4, _PANEL[1] + 0.6)
+    count = curves["clients"]
+    twin = ax.twinx()
+    twin.step(count.index.to_numpy(), count.to_numpy(), where="mid", color="0.6", alpha=0.7, linewidth=1,
+              gid="clients", label="clients at this cycle")
+    twin.set_ylabel("clients that reached the cycle", color="0.45")
+    twin.set_ylim(0, max(1, int(count.max())) * 1.05)
+    twin.yaxis.set_major_locator(MaxNLocator(integer=True))
+    styles = {
+        "cli_bfr": ("Cli Bfr: local model before its upload", "tab:blue", "o"),
+        "cli_aft": ("Cli Aft: model received from the server", "tab:orange", "s"),
+        "cluster": ("Cluster: cluster models on their own distribution", "tab:green", "^"),
+    }
+    for name, (label, color, marker) in styles.items():
+        if name not in curves:
+            continue
+        series = curves[name]
+        ax.plot(series.index.to_numpy(), series.to_numpy(), marker=marker, markersize=3, color=color, label=label,
+                gid=name)
+    ax.set_zorder(twin.get_zorder() + 1)  # the curves above the count
+    ax.patch.set_visible(False)
+    ax.set_xlabel("upload-download cycle (cluster: step / clients)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    ax.set_title(_title(run, "client and cluster accuracy over upload-download cycles"), fontsize="medium")
+    return fig
+
+
+def plot_kl_comparison(runs: Sequence[RunData]) -> Figure | None:
+    """papers/ccfl.md Figure 4(b): the mean KL(true mixture || estimate) over every upload, one bar
+    per run with ``kl`` rows (``patches`` in run order, ``gid`` = the run directory's name; label:
+    the algorithm, with the run's name when algorithms repeat). ``None`` when no run has any."""
+    kls = [(r, mean_kl(r)) for r in runs]
+    kls = [(r, v) for r, v in kls if v is not None]
+    if not kls:
+        return None
+    drawn = [r for r, _ in kls]
+    fig, (ax,) = _figure(1)
+    fig.set_size_inches(max(_PANEL[0], 1.4 * len(kls) + 2), _PANEL[1] + 0.6)
+    x = np.arange(len(kls))
+    bars = ax.bar(x, [v for _, v in kls], color=[f"C{i % 10}" for i in range(len(kls))], width=0.6)
+    for bar, (r, v) in zip(bars, kls):
+        bar.set_gid(r.name)
+        ax.annotate(f"{v:.3f}", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
+                    fontsize="small", xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(x, [_label(r, drawn) for r in drawn], rotation=15 if len(kls) > 3 else 0, fontsize="small")
+    ax.set_ylabel("mean KL(true mixture || estimate)")
+    ax.set_ylim(0, max(v for _, v in kls) * 1.15 or 1.0)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title("distribution estimation (papers/ccfl.md Figure 4(b)):\nmean KL over all uploads, lower is better",
+                 fontsize="medium")
+    return fig
+
+
 def _label(run: RunData, runs: Sequence[RunData]) -> str:
     same = sum(r.algorithm == run.algorithm for r in runs) > 1
     return f"{run.algorithm} ({run.name})" if same else run.algorithm
@@ -421,6 +576,9 @@ def plot_comparison(runs: Sequence[RunData]) -> Figure | None:
                         gid=r.name)
             ax.set_title(f"distribution {d}")
             _rounds_axis(ax)
+            if any(r.is_stream for r in drawn):
+                ax.set_xlabel("round (streams: global epoch t)" if not all(r.is_stream for r in drawn)
+                              else "global epoch t (uploads)")
             ax.set_ylabel(f"best center's test {metric}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small")
@@ -433,6 +591,29 @@ def _fmt(metric: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return f"{100 * value:.1f}%" if "accuracy" in metric else f"{value:.4g}" if abs(value) < 1e-2 else f"{value:.2f}"
+
+
+def _bytes(value: Any) -> str:
+    if value is None:
+        return "–"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def _kl(value: Any) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _stream_cells(run: RunData) -> list[str]:
+    """Cli Bfr, Cli Aft, Cluster (summary.json) and the mean KL (the kl rows, else the summary's)."""
+    s = run.summary
+    kl = mean_kl(run)
+    return [_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft")),
+            _fmt("accuracy", s.get("cluster_acc")), _kl(kl if kl is not None else s.get("kl"))]
 
 
 def _local_headline(run: RunData) -> tuple[str, float | None]:
@@ -455,10 +636,27 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     facts = [f"algorithm **{run.algorithm}**"]
     if s.get("dataset"):
         facts.append(f"data {s['dataset']}")
-    if s.get("rounds") is not None:
+    if run.is_stream:
+        uploads = s.get("uploads", s.get("rounds"))
+        if uploads is not None:
+            stale = f" ({s['stale_uploads']} stale)" if s.get("stale_uploads") else ""
+            facts.append(f"asynchronous stream of {uploads} uploads{stale}")
+    elif s.get("rounds") is not None:
         facts.append(f"{s['rounds']} rounds")
     facts.append(f"headline metric {metric} ({better} is better)")
     lines += [", ".join(facts) + ".", ""]
+    if run.is_stream:
+        has_bytes = "bytes_down_per_client" in s
+        lines += ["Stream accuracy (papers/ccfl.md Table 1: Cli Bfr = the local model before its upload, Cli Aft "
+                  "= the model received for it, both averaged over every upload; Cluster = the cluster models on "
+                  "their own distribution at the last evaluation) and the mean KL(true mixture || estimate) over "
+                  "the uploads:", "",
+                  "| Cli Bfr (`cli_bfr`) | Cli Aft (`cli_aft`) | Cluster (`cluster_acc`) | KL (`kl`) |"
+                  + (" bytes down per client (`bytes_down_per_client`) |" if has_bytes else ""),
+                  "|---|---|---|---|" + ("---|" if has_bytes else ""),
+                  "| " + " | ".join([_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft")),
+                                     _fmt("accuracy", s.get("cluster_acc")), _kl(s.get("kl"))]) + " |"
+                  + (f" {_bytes(s['bytes_down_per_client'])} |" if has_bytes else ""), ""]
     dists = s.get("distributions") or []
     matching = run.matching or {}
     if dists:
@@ -474,6 +672,15 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
         lines += ["No centers (nothing to evaluate on the holdout sets).", ""]
     if s.get("weight_mae") is not None:
         lines.append(f"- weight MAE (matched importance weights vs true mixtures): {s['weight_mae']:.4f}")
+    if run.is_stream and matching:
+        lines.append("- cluster model k belongs to distribution k by construction (pre-trained on its public set; "
+                     "the estimates and the KL compare u_k with share k), so the figures match center k to "
+                     "distribution k")
+        theirs = run.summary_matching
+        if theirs and theirs != matching:
+            pairs = ", ".join(f"{d}→{c}" for d, c in sorted(theirs.items()))
+            lines.append(f"- summary.json's matching by the final accuracies differs ({pairs})"
+                         + ("; the weight MAE above uses it" if s.get("weight_mae") is not None else ""))
     if s.get("ari") is not None or s.get("num_clusters") is not None:
         ari = f"{s['ari']:.3f}" if s.get("ari") is not None else "–"
         lines.append(f"- ARI {ari}, {s.get('num_clusters', '–')} clusters")
@@ -493,7 +700,18 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
         "weights_by_group": "importance weights averaged over clients with the same true mixture (Figure 1, bottom)",
         "final_weights": "final weight of every client on the first cluster, with its true share (Figure 2)",
         "clusters": "predicted cluster of every client, coloured by its true cluster (papers/fpfc.md Table 1's Num, ARI)",
+        "ccfl_accuracy": "mean client accuracy before (Cli Bfr) and after (Cli Aft) every upload-download cycle and the "
+                         "cluster models' accuracy on their own distribution (papers/ccfl.md Figure 3); grey: the "
+                         "clients that reached each cycle",
     }
+    if figures.get("ccfl_accuracy") is not None:
+        curves = stream_accuracy(run)
+        missing = [name for key, name in (("cli_aft", "Cli Aft"), ("cluster", "cluster accuracy")) if key not in curves]
+        if missing:
+            captions["ccfl_accuracy"] += f"; the run records no {' and no '.join(missing)}"
+    if run.is_stream:
+        captions["final_weights"] = ("each client's estimated weight on cluster 0 at its last upload, with the true "
+                                     "share of distribution 0 of that upload (Figure 2)")
     lines += ["## Figures", ""]
     for name, caption in captions.items():
         path = figures.get(name)
@@ -504,8 +722,11 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     return "\n".join(lines).rstrip() + "\n"
 
 
-def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None) -> str:
-    """One row per run: algorithm, best-center metric per distribution, local mean, weight MAE, ARI."""
+def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None,
+                        kl_figure: Path | None = None) -> str:
+    """One row per run: algorithm, best-center metric per distribution, local mean, weight MAE, ARI;
+    with stream runs, a second table of their Cli Bfr, Cli Aft, Cluster and mean KL (and the KL
+    figure ``kl_figure``)."""
     dists = sorted({int(d["distribution"]) for r in runs for d in (r.summary.get("distributions") or [])})
     metrics = sorted({r.metric for r in runs})
     head = ("| run | algorithm | metric | " + "".join(f"c*[{d}] | " for d in dists)
@@ -537,7 +758,46 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None)
     no_centers = [r.name for r in runs if best_center_series(r).empty]
     if no_centers:
         lines += [f"No centers, so not in the figure: {', '.join(no_centers)}.", ""]
+    streams = [r for r in runs if r.is_stream]
+    if streams:
+        lines += _stream_comparison(streams, out, kl_figure)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _stream_comparison(streams: Sequence[RunData], out: Path, kl_figure: Path | None) -> list[str]:
+    """The stream runs' papers/ccfl.md Table 1 triple and mean KL (Figure 4(b)); with exactly one
+    FedSoft-Async run that has a KL, every KL also relative to it (the paper sets FedSoft-Async's
+    to 1)."""
+    refs = [r for r in streams if r.algorithm == "fedsoft_async" and mean_kl(r) is not None]
+    ref = mean_kl(refs[0]) if len(refs) == 1 else None
+    has_bytes = any("bytes_down_per_client" in r.summary for r in streams)
+    head = "| run | method | Cli Bfr | Cli Aft | Cluster | mean KL |"
+    head += " KL / fedsoft_async |" if ref else ""
+    head += " bytes down per client |" if has_bytes else ""
+    cols = 6 + bool(ref) + has_bytes
+    lines = [
+        "## Streams (papers/ccfl.md Table 1, Figure 4(b))", "",
+        "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both averaged over "
+        "every upload); Cluster: the cluster models on their own distribution at the last evaluation; mean KL: "
+        "KL(true mixture || estimate) averaged over every upload (lower is better).", "",
+        head, "|---" * cols + "|",
+    ]
+    for r in streams:
+        link = Path(os.path.relpath(r.path / "report.md", out)).as_posix()
+        cells = _stream_cells(r)
+        kl = mean_kl(r)
+        if ref:
+            cells.append("–" if kl is None else f"{kl / ref:.3f}")
+        if has_bytes:
+            cells.append(_bytes(r.summary.get("bytes_down_per_client")))
+        lines.append(f"| [{r.name}]({link}) | {_label(r, streams)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if kl_figure is not None:
+        lines += [f"![mean KL of the distribution estimates per method]({kl_figure.name})", ""]
+        no_kl = [r.name for r in streams if mean_kl(r) is None]
+        if no_kl:
+            lines += [f"No distribution estimates (no kl rows), so not in the KL figure: {', '.join(no_kl)}.", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------- driver
@@ -558,6 +818,7 @@ def report_run(run: RunData) -> list[Path]:
         "weights_by_group": plot_weights_by_group,
         "final_weights": plot_final_weights,
         "clusters": plot_clusters,
+        "ccfl_accuracy": plot_stream_accuracy,
     }
     for name, plot in plots.items():
         fig = plot(run)
@@ -565,8 +826,11 @@ def report_run(run: RunData) -> list[Path]:
             figures[name] = None
             if name == "center_metric":
                 skipped[name] = f"no centers were evaluated ({run.algorithm} has none)"
-            elif name in ("weights_by_group", "final_weights"):
+            elif name in ("weights_by_group", "final_weights") and run.weights.empty:
                 skipped[name] = f"weights.parquet is empty ({run.algorithm} records no importance weights)"
+            elif name == "weights_by_group":
+                skipped[name] = ("the clients' true mixtures drift from cycle to cycle, so no client has one true "
+                                 "mixture to group by (final_weights.png and the KL show the estimates)")
             continue
         figures[name] = _save(fig, run.path / FIGURE_FILES[name])
         written.append(figures[name])
@@ -594,8 +858,9 @@ def _unique(run_dirs: Sequence[str | Path]) -> list[Path]:
 
 
 def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> list[Path]:
-    """Write the figures and report.md of every run directory and, for several, comparison.md
-    and comparison_center_metric.png into ``out`` (default: the first run's parent directory).
+    """Write the figures and report.md of every run directory and, for several, comparison.md,
+    comparison_center_metric.png and (two or more stream runs) comparison_kl.png into ``out``
+    (default: the first run's parent directory).
     Returns the files written. Every path is checked before anything is written:
     :class:`ReportError` names the first that is not a run directory. ``out`` is used only when
     there are several runs. A directory given twice is reported once."""
@@ -618,10 +883,16 @@ def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> lis
         written += report_run(run)
     if len(runs) > 1:
         fig = plot_comparison(runs)
-        figure = _save(fig, out_dir / "comparison_center_metric.png") if fig is not None else None
+        figure = _save(fig, out_dir / COMPARISON_FILES["center_metric"]) if fig is not None else None
         if figure is not None:
             written.append(figure)
-        written.append(_write_text(out_dir / "comparison.md", comparison_markdown(runs, out_dir, figure)))
+        kl_figure = None
+        if sum(r.is_stream for r in runs) >= 2:
+            fig = plot_kl_comparison(runs)
+            kl_figure = _save(fig, out_dir / COMPARISON_FILES["kl"]) if fig is not None else None
+            if kl_figure is not None:
+                written.append(kl_figure)
+        written.append(_write_text(out_dir / "comparison.md", comparison_markdown(runs, out_dir, figure, kl_figure)))
     return written
 
 
