@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .api import RunResult, _prepare_out, is_uri, run
-from .config import ALGORITHM_CONFIGS, Config, ConfigError, parse_config
+from .config import ALGORITHM_CONFIGS, STREAM_ALGORITHMS, Config, ConfigError, parse_config
 
 DEFAULT_ALGORITHMS = ("fedsoft", "ifca", "fedem", "fedavg", "local")
 
@@ -41,11 +41,18 @@ def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) ->
     if not isinstance(section, Mapping):
         raise ConfigError("algorithm: must be a mapping")
     given = {k: v for k, v in section.items() if k != "name" and v is not None}
+    # beside the stream algorithms, "local" is Local on the same streams
+    streams = section.get("name") in STREAM_ALGORITHMS or any(a in STREAM_ALGORITHMS for a in algorithms)
+    mixed = [a for a in algorithms if streams and a not in (*STREAM_ALGORITHMS, "local")]
+    if mixed:
+        raise ConfigError(f"--algorithms: {mixed[0]} runs synchronous rounds; compare it with other synchronous "
+                          f"algorithms, not with the streams ({', '.join(STREAM_ALGORITHMS)})")
     used: set[str] = set()
     out = {}
     for name in algorithms:
-        fields = ALGORITHM_CONFIGS[name].model_fields
-        section = {"name": name, **{k: v for k, v in given.items() if k in fields}}
+        real = "local_stream" if name == "local" and streams else name
+        fields = ALGORITHM_CONFIGS[real].model_fields
+        section = {"name": real, **{k: v for k, v in given.items() if k in fields}}
         used |= section.keys()
         out[name] = parse_config({**base, "algorithm": section})
     stray = sorted(set(given) - used)
@@ -54,7 +61,32 @@ def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) ->
     return out
 
 
+STREAM_KEYS = ("cli_bfr", "cli_aft", "cluster_acc", "kl", "bytes_down_per_client", "bytes_up_per_client")
+
+
+def _stream_row(name: str, r: RunResult) -> list[dict[str, Any]]:
+    """papers/ccfl.md Table 1's row of a stream run, with the mean KL and the bytes per client."""
+    return [{"algorithm": name, **{k: r.summary.get(k) for k in STREAM_KEYS}, "run_dir": r.run_dir.name}]
+
+
+def stream_markdown(table: pd.DataFrame) -> str:
+    """The Table-1-shaped Markdown of a comparison of streams (papers/ccfl.md Table 1)."""
+    def pct(v):
+        return "–" if v is None or pd.isna(v) else f"{v:.3f}"
+
+    lines = ["mean accuracy over all uploads (Cli Bfr: the uploaded model, Cli Aft: the reply, on the client's "
+             "current test set); Cluster: each cluster model on its own distribution; KL(true mixture || estimate)",
+             "", "| algorithm | Cli Bfr | Cli Aft | Cluster | KL | MB down / client | MB up / client |",
+             "|---|---|---|---|---|---|---|"]
+    for row in table.itertuples():
+        lines.append(f"| {row.algorithm} | {pct(row.cli_bfr)} | {pct(row.cli_aft)} | {pct(row.cluster_acc)} | "
+                     f"{pct(row.kl)} | {row.bytes_down_per_client / 1e6:.2f} | {row.bytes_up_per_client / 1e6:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _row(name: str, r: RunResult) -> list[dict[str, Any]]:
+    if r.summary.get("algorithm") in STREAM_ALGORITHMS:
+        return _stream_row(name, r)
     s = r.summary
     metric = s["metric"]
     local = s.get("local_mean") or {}
@@ -124,7 +156,8 @@ def compare(
             rows += _row(algo, run(c, out=partial, progress=progress, dir_name=algo))
         table = pd.DataFrame(rows)
         table.to_parquet(partial / "comparison.parquet", index=False)
-        (partial / "comparison.md").write_text(markdown(table))
+        streams = cfg.algorithm.name in STREAM_ALGORITHMS
+        (partial / "comparison.md").write_text(stream_markdown(table) if streams else markdown(table))
         os.replace(partial, final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

@@ -126,12 +126,13 @@ class FPFCConfig(AlgorithmConfig):
 
 
 class CCFLConfig(AlgorithmConfig):
-    """CCFL (papers/ccfl.md) and its FedSoft-Async baseline: an asynchronous stream of uploads.
+    """CCFL (papers/ccfl.md), its FedSoft-Async baseline and Local (``local_stream``: no server,
+    each client keeps training its own model on its drifting data): an asynchronous stream of uploads.
     ``rounds`` is the number of uploads (global epochs; default clients x cycles), ``eval_every``
     the uploads between cluster evaluations. Defaults: Table 2's FashionMNIST(4) row and section
     5.1 (see raysoft/algorithms/ccfl.py's CCFLParams for every reading)."""
 
-    name: Literal["ccfl", "fedsoft_async"] = "ccfl"
+    name: Literal["ccfl", "fedsoft_async", "local_stream"] = "ccfl"
     rounds: int | None = Field(None, ge=1, description="uploads; default clients x cycles")  # type: ignore[assignment]
     cycles: int = Field(25, ge=1, description="average upload-download cycles per client (FMNIST: 25)")
     clients_per_round: int = Field(1, ge=1, description="unused: clients upload when their clock says")
@@ -160,12 +161,23 @@ class CCFLConfig(AlgorithmConfig):
     rho: float = Field(0.1, ge=0.0)
     public_samples: int = Field(2000, ge=1, description="server's public images per cluster (pre-training, D_k)")
     pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training each cluster model [GUESS]")
+    shared_init: bool = Field(
+        True, description="every cluster model starts from the same random initialisation before pre-training "
+        "(so that the initial reply, their average, is a working model) [GUESS]; false: one per cluster"
+    )
     upload_rate: list[float] = Field(
         default_factory=lambda: [0.5, 2.0],
         description="each client's upload clock: exponential gaps with a rate drawn from U[min, max]",
     )
     drift: bool = Field(True, description="fresh data after every cycle; false: the first dataset stays")
     rest_split: Literal["dirichlet", "uniform"] = "dirichlet"
+    upload_policy: Literal["clock", "shift"] = Field(
+        "clock", description="clock: upload at every tick of the client's clock; shift: at a tick, upload only "
+        "if the data's mixture moved by >= shift_threshold (total variation) since the last upload, else "
+        "keep training on the new data"
+    )
+    shift_threshold: float = Field(0.25, gt=0.0, le=1.0, description="upload_policy shift: total-variation threshold")
+    max_silent_ticks: int = Field(4, ge=0, description="upload_policy shift: upload anyway after this many silent ticks")
 
     @model_validator(mode="after")
     def _ccfl_checks(self) -> "CCFLConfig":
@@ -179,11 +191,12 @@ class CCFLConfig(AlgorithmConfig):
 
 
 ALGORITHM_CONFIGS: dict[str, type[AlgorithmConfig]] = {
-    "ccfl": CCFLConfig, "fedsoft_async": CCFLConfig,
+    "ccfl": CCFLConfig, "fedsoft_async": CCFLConfig, "local_stream": CCFLConfig,
     "fpfc": FPFCConfig, "fpfc_l1": FPFCConfig,
     "fedsoft": FedSoftConfig, "ifca": IFCAConfig, "fedem": FedEMConfig, "fedavg": FedAvgConfig,
     "local": LocalConfig,
 }
+STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # event streams, not synchronous rounds
 
 
 # --------------------------------------------------------------------------- other sections
@@ -396,9 +409,9 @@ class Config(Section):
                 object.__setattr__(algo, "rounds", data.clients * algo.cycles)
             if algo.tau0 is None:
                 object.__setattr__(algo, "tau0", data.clients)
-            if self.output.checkpoint_every or self.faults:
-                raise ValueError(f"algorithm {algo.name}: checkpoints and fault injection are for synchronous "
-                                 "rounds only (not yet for streams)")
+            if self.faults:
+                raise ValueError(f"algorithm {algo.name}: fault injection is for synchronous rounds only "
+                                 "(not for streams)")
             if data.join_schedule is not None and len(data.join_schedule) != data.clients:
                 raise ValueError(f"data.join_schedule has {len(data.join_schedule)} entries for {data.clients} clients")
         if hasattr(algo, "num_centers") and algo.num_centers is None:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .algorithms import ServerContext, get_algorithm
-from .config import Config
+from .config import STREAM_ALGORITHMS, Config
 from .data import Federation
 from .evaluation import HEADLINE, LOWER_IS_BETTER, evaluate_centers, summarize
 from .models import build_model
@@ -83,6 +83,21 @@ def _poison(result: Any) -> Any:
     return result
 
 
+def save_checkpoint(run_dir: Path, blob: dict[str, Any], recorder: Recorder) -> None:
+    """Write a checkpoint atomically (temporary file, then rename), then the results so far."""
+    tmp = run_dir / f".{CHECKPOINT}.tmp"
+    torch.save(blob, tmp)
+    os.replace(tmp, run_dir / CHECKPOINT)
+    write_tables(run_dir, recorder.tables())
+
+
+def load_checkpoint(run_dir: Path | None) -> dict[str, Any] | None:
+    path = run_dir / CHECKPOINT if run_dir else None
+    if path is None or not path.exists():
+        return None
+    return torch.load(path, weights_only=False)
+
+
 class Coordinator:
     """Runs the rounds of one experiment and records every measurement."""
 
@@ -126,7 +141,7 @@ class Coordinator:
     def _metric_row(self, scope: str, entity: int, eval_dist: int, metric: str, value: float) -> None:
         self.recorder.add(
             "metrics", algorithm=self.cfg.algorithm.name, step=self.round, time_s=self._elapsed(),
-            scope=scope, entity=entity, eval_dist=eval_dist, metric=metric, value=float(value),
+            scope=scope, entity=entity, eval_dist=eval_dist, metric=metric, value=float(value), virtual_time=None,
         )
 
     def _record_weights(self, step: int) -> None:
@@ -191,17 +206,11 @@ class Coordinator:
             "recorder": self.recorder.columns, "center_scores": self._center_scores,
             "local_means": self._local_means, "clients": self.executor.get_states(),
         }
-        tmp = self.run_dir / f".{CHECKPOINT}.tmp"
-        torch.save(blob, tmp)
-        os.replace(tmp, self.run_dir / CHECKPOINT)
         self._event("checkpoint")
-        write_tables(self.run_dir, self.recorder.tables())
+        save_checkpoint(self.run_dir, blob, self.recorder)
 
     def _load_checkpoint(self) -> dict[str, Any] | None:
-        path = self.run_dir / CHECKPOINT if self.run_dir else None
-        if path is None or not path.exists():
-            return None
-        return torch.load(path, weights_only=False)
+        return load_checkpoint(self.run_dir)
 
     def restore(self, blob: dict[str, Any] | None) -> None:
         """Continue from a checkpoint (or, with none, from the very start)."""
@@ -350,7 +359,7 @@ def make_coordinator(cfg: Config, executor: Executor, run_id: str, run_dir: str 
     from .host import torch_threads
 
     with torch_threads(1):
-        if cfg.algorithm.name in ("ccfl", "fedsoft_async"):
+        if cfg.algorithm.name in STREAM_ALGORITHMS:
             from .stream import StreamCoordinator
 
             return OneThread(StreamCoordinator(cfg, executor, run_id, run_dir=run_dir, resume=resume))

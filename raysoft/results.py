@@ -2,7 +2,8 @@
 
 Tables (one row per measurement; see README "What a run writes"):
 
-* ``metrics.parquet``: run_id, algorithm, step, time_s, scope, entity, eval_dist, metric, value
+* ``metrics.parquet``: run_id, algorithm, step, time_s, scope, entity, eval_dist, metric, value,
+  virtual_time (streams: the virtual clock of the upload; null for synchronous rounds)
 * ``weights.parquet``: run_id, step, client, center, estimate
 * ``clients.parquet``: run_id, step, client, distribution, share, samples
 * ``assignments.parquet`` (hard clusterings: FPFC, IFCA): run_id, client, predicted, truth
@@ -34,6 +35,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("eval_dist", pa.int64()),
             ("metric", pa.string()),
             ("value", pa.float64()),
+            ("virtual_time", pa.float64()),
         ]
     ),
     "weights": pa.schema(

@@ -23,20 +23,22 @@ cluster's test set.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from .algorithms.base import ClientContext
-from .algorithms.ccfl import CCFLParams, client_start, init_server_state, initial_reply, on_upload
+from .algorithms.ccfl import (CCFLParams, client_start, init_server_state, initial_reply, on_upload,
+                              personalised_model)
 from .algorithms.fedsoft import importance_weights
 from .algorithms.fedsoft_async import on_upload_async
 from .config import CCFLConfig, Config
 from .data.drift import CycleData, DriftingImages
-from .engine import record_placement
-from .evaluation import evaluate_centers, summarize
+from .engine import load_checkpoint, record_placement, save_checkpoint
+from .evaluation import evaluate_centers, summarize, weight_error
 from .models import build_model
 from .optim import SGD, Adam
 from .params import Params, get_flat, set_flat
@@ -64,53 +66,112 @@ def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> float:
 
 
 # ----------------------------------------------------------------------------- client half
+def nbytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else int(t.numel() * t.element_size())
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    return float(0.5 * np.abs(np.asarray(p, float) - np.asarray(q, float)).sum())
+
+
 @dataclass
 class StreamClient:
+    client: int
     drift: DriftingImages
     optimizer: Adam | SGD
     local: Params | None = None
     tau: int = 0
-    cycle: int = 0
-    data: CycleData | None = None
+    cycle: int = 0  # index of the current dataset (one per clock tick)
+    mu: np.ndarray | None = None  # FedSoft-Async: the mixture estimate of the last upload
+    uploaded_shares: np.ndarray | None = None  # the true mixture at the last upload (upload_policy shift)
+    cache: CycleData | None = None  # rebuilt from (seed, client, cycle); not checkpointed
+
+    @property
+    def data(self) -> CycleData:
+        if self.cache is None:
+            self.cache = self.drift.cycle(self.client, self.cycle)
+        return self.cache
+
+    def next_cycle(self) -> None:
+        self.cycle += 1
+        self.cache = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "cache": None}
 
 
 def stream_step(ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
     """Receive the last reply (or the initial model), score it on the current test set (Cli Aft
-    of the previous upload), take the next cycle's data, train on objective (2) with the reply as
-    anchor, score the result (Cli Bfr) and return the upload."""
+    of the previous upload), take the next tick's data, train on objective (2) with the reply as
+    anchor, score the result (Cli Bfr) and return the upload. With ``upload_policy: shift`` the
+    client keeps training on each new tick's data, silently, until its mixture has moved by
+    ``shift_threshold`` since its last upload (or ``max_silent_ticks`` passed).
+    Also returns the client's costs: bytes down/up, samples trained, estimation forward passes
+    and seconds spent training and estimating."""
     a: CCFLConfig = ctx.cfg.algorithm  # type: ignore[assignment]
-    params = payload["params"]
     reply = payload["replies"].get(ctx.client)
-    after = None
+    after, down, models = None, 0, None
     if reply is None:  # first upload: cold start from the initialisation tuple
-        anchor, cs.tau, models = payload["initial"], 0, payload["initial_models"]
-        cs.data = cs.drift.cycle(ctx.client, 0)
+        cs.tau = 0
+        if a.name == "fedsoft_async":  # the K initial models; the start is their average
+            models = payload["initial_models"]
+            anchor, down = personalised_model(models, np.full(len(models), 1.0 / len(models))), nbytes(models)
+        else:
+            anchor = payload["initial"]
+            down = nbytes(anchor) if a.name == "ccfl" else 0
         start = anchor.clone()
     else:
-        anchor, cs.tau, models = reply["model"], reply["t"], reply.get("models")
-        set_flat(ctx.scratch, anchor)
-        after = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
-        start = client_start(cs.local, anchor, params)
+        cs.tau = reply["t"]
+        if a.name == "local_stream":  # no server: the client's own model is its anchor
+            anchor = cs.local
+        else:
+            if a.name == "fedsoft_async":  # all K models come down; the client mixes them itself
+                models = reply["models"]
+                anchor, down = personalised_model(models, cs.mu), nbytes(models)
+            else:
+                anchor, down = reply["model"], nbytes(reply["model"])
+            set_flat(ctx.scratch, anchor)
+            after = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+        start = client_start(cs.local, anchor, payload["params"]) if a.name != "local_stream" else cs.local.clone()
         if a.drift:
-            cs.cycle += 1
-            cs.data = cs.drift.cycle(ctx.client, cs.cycle)
-    mu = None
-    if models is not None:  # FedSoft-Async: the client estimates its mixture itself
+            cs.next_cycle()
+    silent, samples, train_s = 0, 0, 0.0
+    while True:
+        tick = time.perf_counter()
+        set_flat(ctx.scratch, start)
+        cs.optimizer.bind(ctx.scratch.parameters())
+        proximal_train(ctx.scratch, cs.optimizer, cs.data.x, cs.data.y, ctx.info.task, ctx.cfg.train,
+                       pull_scale=float(a.rho), pull_target=float(a.rho) * anchor,
+                       rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle))
+        start = get_flat(ctx.scratch)
+        samples += len(cs.data) * ctx.cfg.train.local_epochs
+        train_s += time.perf_counter() - tick
+        if (a.upload_policy == "clock" or cs.uploaded_shares is None or silent >= a.max_silent_ticks
+                or total_variation(cs.data.shares, cs.uploaded_shares) >= a.shift_threshold):
+            break
+        silent += 1  # no shift: keep training on the next tick's data, without uploading
+        if a.drift:
+            cs.next_cycle()
+    cs.local = start
+    mu, est_s, forwards = None, 0.0, 0
+    if models is not None:  # FedSoft-Async: the client estimates its mixture on the K models
+        tick = time.perf_counter()
         losses = model_losses(ctx.scratch, models, cs.data.x, cs.data.y, ctx.info.task)
-        mu = importance_weights(losses.numpy(), 1e-4)
-    set_flat(ctx.scratch, start)
-    cs.optimizer.bind(ctx.scratch.parameters())
-    proximal_train(ctx.scratch, cs.optimizer, cs.data.x, cs.data.y, ctx.info.task, ctx.cfg.train,
-                   pull_scale=float(a.rho), pull_target=float(a.rho) * anchor,
-                   rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle))
-    cs.local = get_flat(ctx.scratch)
+        cs.mu = mu = importance_weights(losses.numpy(), 1e-4)
+        est_s, forwards = time.perf_counter() - tick, len(models) * len(cs.data)
+    set_flat(ctx.scratch, cs.local)
     before = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
-    return cs, {"w": cs.local, "tau": cs.tau, "before": before, "after": after, "mu": mu,
-                "shares": cs.data.shares, "samples": len(cs.data), "finished": time.time()}
+    cs.uploaded_shares = cs.data.shares
+    up = 0 if a.name == "local_stream" else nbytes(cs.local) + (8 * len(mu) if mu is not None else 0)
+    return cs, {"w": cs.local if a.name != "local_stream" else None, "tau": cs.tau, "before": before,
+                "after": after, "mu": mu, "shares": cs.data.shares, "samples": len(cs.data), "silent": silent,
+                "finished": time.time(),
+                "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
+                         "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s}}
 
 
 class StreamAlgorithm:
-    """The client half of CCFL / FedSoft-Async for a ClientHost (data built per cycle)."""
+    """The client half of CCFL / FedSoft-Async / Local streams for a ClientHost (data built per tick)."""
 
     own_data = True
 
@@ -121,7 +182,8 @@ class StreamAlgorithm:
     def init_client(self, ctx: ClientContext) -> StreamClient:
         a: CCFLConfig = ctx.cfg.algorithm  # type: ignore[assignment]
         drift = DriftingImages(ctx.cfg.data, ctx.cfg.seed, a.public_samples, a.rest_split)
-        return StreamClient(drift=drift, optimizer=make_optimizer(ctx.cfg.train, ctx.scratch.parameters()))
+        return StreamClient(client=ctx.client, drift=drift,
+                            optimizer=make_optimizer(ctx.cfg.train, ctx.scratch.parameters()))
 
 
 # ----------------------------------------------------------------------------- server / engine
@@ -130,7 +192,7 @@ def pretrain(cfg: Config, drift: DriftingImages, scratch_info) -> torch.Tensor:
     a: CCFLConfig = cfg.algorithm  # type: ignore[assignment]
     out = []
     for s in range(drift.num_clusters):
-        model = build_model(cfg.model, scratch_info, torch_generator(cfg.seed, "center", s))
+        model = build_model(cfg.model, scratch_info, torch_generator(cfg.seed, "center", 0 if a.shared_init else s))
         if a.pretrain_epochs:
             x, y = drift.public(s)
             proximal_train(model, make_optimizer(cfg.train, model.parameters()), x, y, "classification", cfg.train,
@@ -142,12 +204,17 @@ def pretrain(cfg: Config, drift: DriftingImages, scratch_info) -> torch.Tensor:
 class StreamCoordinator:
     """Runs an asynchronous stream over an executor (same executors as the synchronous rounds)."""
 
+    # everything a checkpoint must hold to continue the stream exactly (no random state: every
+    # draw is derived from (seed, purpose, ids))
+    CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
+                    "last_shares", "last_vtime", "kl", "stale", "_center_scores", "_means", "totals")
+
     def __init__(self, cfg: Config, executor, run_id: str, run_dir: str | None = None, resume: bool = False) -> None:
-        if resume:
-            raise ValueError("resuming a stream is not supported yet")
         self.cfg, self.executor = cfg, executor
+        self.run_dir = Path(run_dir) if run_dir else None
         a: CCFLConfig = cfg.algorithm  # type: ignore[assignment]
         self.a, self.params = a, ccfl_params(cfg)
+        self.server = a.name != "local_stream"
         self.drift = DriftingImages(cfg.data, cfg.seed, a.public_samples, a.rest_split)
         self.info = self.drift.info
         self.scratch = build_model(cfg.model, self.info)
@@ -162,18 +229,24 @@ class StreamCoordinator:
         lo, hi = a.upload_rate
         self.rates = np.array([numpy_rng(cfg.seed, "clock-rate", m).uniform(lo, hi) for m in range(n)])
         joins = cfg.data.join_schedule or [0.0] * n
-        self.next_time = np.array([joins[m] + self._gap(m, 0) for m in range(n)])
-        self.uploads_of = np.zeros(n, dtype=np.int64)
+        self.next_time = np.array([joins[m] + self._gap(m, 0) for m in range(n)])  # each client's next tick
+        self.ticks = np.zeros(n, dtype=np.int64)  # clock ticks used (uploads + silent ticks)
         self.replies: dict[int, dict[str, Any]] = {}
         self.computed: dict[int, dict[str, Any]] = {}
         self.last_step: dict[int, int] = {}
         self.last_u: dict[int, np.ndarray] = {}
         self.last_shares: dict[int, np.ndarray] = {}
+        self.last_vtime: dict[int, float] = {}
         self.kl: list[float] = []
         self.stale = 0
         self.started = False
         self._center_scores: np.ndarray | None = None
         self._means: dict[str, list[float]] = {"accuracy_before": [], "accuracy_after": []}
+        self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
+                                        "server_forwards", "train_s", "estimation_s", "server_estimation_s",
+                                        "silent_ticks")}
+        if resume:
+            self.restore(load_checkpoint(self.run_dir))
 
     @property
     def round(self) -> int:
@@ -185,103 +258,180 @@ class StreamCoordinator:
     def _elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def _row(self, scope: str, entity: int, eval_dist: int, metric: str, value: float, step: int | None = None) -> None:
+    def _row(self, scope: str, entity: int, eval_dist: int, metric: str, value: float, step: int | None = None,
+             vtime: float | None = None) -> None:
         self.recorder.add("metrics", algorithm=self.a.name, step=self.round if step is None else step,
                           time_s=self._elapsed(), scope=scope, entity=entity, eval_dist=eval_dist,
-                          metric=metric, value=float(value))
+                          metric=metric, value=float(value), virtual_time=vtime)
 
+    # ------------------------------------------------------------------ checkpoints
+    def _event(self, kind: str, detail: str = "") -> None:
+        self.recorder.add("events", step=self.round, time_s=self._elapsed(), kind=kind, client=-1, actor=-1,
+                          detail=detail)
+
+    def checkpoint(self) -> None:
+        """Save the stream (server state, clocks, pending uploads, histories, client states) and
+        the results so far, atomically."""
+        assert self.run_dir is not None
+        self._event("checkpoint")
+        blob = {name: getattr(self, name) for name in self.CHECKPOINTED}
+        blob.update(elapsed=self._elapsed(), recorder=self.recorder.columns, clients=self.executor.get_states())
+        save_checkpoint(self.run_dir, blob, self.recorder)
+
+    def restore(self, blob: dict[str, Any] | None) -> None:
+        """Continue from a checkpoint (with none: from the start, which is where we are)."""
+        if blob is None:
+            return
+        self.executor.set_states(blob["clients"])
+        for name in self.CHECKPOINTED:
+            setattr(self, name, blob[name])
+        self.recorder.columns = blob["recorder"]
+        self.start = time.monotonic() - blob["elapsed"]
+
+    # ------------------------------------------------------------------ the stream
     def evaluate(self) -> dict[str, float]:
-        """Every cluster model on every cluster's test set."""
-        res = evaluate_centers(self.scratch, self.state.models, self.holdouts, "classification")
-        k = self.drift.num_clusters
-        scores = np.zeros((k, k))
-        for (c, s), metrics in res.items():
-            for name, value in metrics.items():
-                self._row("cluster", c, s, name, value)
-            scores[s, c] = metrics["accuracy"]
-        self._center_scores = scores
-        head = {f"acc[{s}]": float(scores[s, s]) for s in range(k)}
+        """Every cluster model on every cluster's test set (not for Local: it has no server)."""
+        head: dict[str, float] = {}
+        if self.server:
+            res = evaluate_centers(self.scratch, self.state.models, self.holdouts, "classification")
+            k = self.drift.num_clusters
+            scores = np.zeros((k, k))
+            for (c, s), metrics in res.items():
+                for name, value in metrics.items():
+                    self._row("cluster", c, s, name, value)
+                scores[s, c] = metrics["accuracy"]
+            self._center_scores = scores
+            head = {f"acc[{s}]": float(scores[s, s]) for s in range(k)}
         if self._means["accuracy_before"]:
             head["cli bfr"] = float(np.mean(self._means["accuracy_before"][-50:]))
         return head
 
+    def _server_step(self, m: int, up: dict[str, Any]) -> tuple[Params | None, dict[str, Any]]:
+        """The server's reply to one upload (and the cost of estimating it)."""
+        if self.a.name == "local_stream":
+            self.state = replace(self.state, t=self.state.t + 1)
+            return None, {"stale": False, "staleness": 0, "u": None}
+        if self.a.name == "fedsoft_async":
+            self.state, _, diag = on_upload_async(self.state, self.params, m, up["w"], up["tau"], up["mu"])
+            return None, diag  # the client mixes the K models it downloads itself
+        tick = time.perf_counter()
+        recomputed = int(np.isnan(self.state.self_losses).sum())
+        self.state, reply, diag = on_upload(self.state, self.params, m, up["w"], up["tau"], self.scratch,
+                                            self.val_sets)
+        self.totals["server_estimation_s"] += time.perf_counter() - tick
+        if not diag["stale"]:  # w_m on every D_k, plus the cluster models whose F(w_k; D_k) was stale
+            sizes = [len(y) for _, y in self.val_sets]
+            self.totals["server_forwards"] += sum(sizes) + recomputed * int(np.mean(sizes))
+        return reply, diag
+
     def _apply(self, m: int, up: dict[str, Any]) -> None:
-        if self.a.name == "ccfl":
-            self.state, reply, diag = on_upload(self.state, self.params, m, up["w"], up["tau"], self.scratch,
-                                                self.val_sets)
-        else:
-            self.state, reply, diag = on_upload_async(self.state, self.params, m, up["w"], up["tau"], up["mu"])
-        t = self.state.t
+        reply, diag = self._server_step(m, up)
+        t, vt = self.state.t, up["vtime"]
         self.stale += bool(diag["stale"])
         for name, value in up["before"].items():
-            self._row("client", m, -1, f"{name}_before", value)
+            self._row("client", m, -1, f"{name}_before", value, vtime=vt)
         self._means["accuracy_before"].append(up["before"]["accuracy"])
         if up["after"] is not None:  # the previous reply, scored on the data it was sent for
             for name, value in up["after"].items():
-                self._row("client", m, -1, f"{name}_after", value, step=self.last_step[m])
+                self._row("client", m, -1, f"{name}_after", value, step=self.last_step[m], vtime=self.last_vtime[m])
             self._means["accuracy_after"].append(up["after"]["accuracy"])
-        u = np.asarray(diag["u"], dtype=float)
-        kl = kl_divergence(up["shares"], u)
-        self.kl.append(kl)
-        self._row("client", m, -1, "kl", kl)
-        self._row("client", m, -1, "staleness", diag["staleness"])
-        for c, est in enumerate(u):
-            self.recorder.add("weights", step=t, client=m, center=c, estimate=float(est))
+        for name, value in up["cost"].items():
+            self.totals[name] += value
+            if not name.endswith("_s"):
+                self._row("client", m, -1, name, value, vtime=vt)
+        self.totals["silent_ticks"] += up["silent"]
+        self._row("client", m, -1, "silent_ticks", up["silent"], vtime=vt)
+        if diag["u"] is not None:
+            u = np.asarray(diag["u"], dtype=float)
+            kl = kl_divergence(up["shares"], u)
+            self.kl.append(kl)
+            self._row("client", m, -1, "kl", kl, vtime=vt)
+            self._row("client", m, -1, "staleness", diag["staleness"], vtime=vt)
+            for c, est in enumerate(u):
+                self.recorder.add("weights", step=t, client=m, center=c, estimate=float(est))
+            self.last_u[m] = u
         for s, share in enumerate(up["shares"]):
             self.recorder.add("clients", step=t, client=m, distribution=s, share=float(share),
                               samples=int(round(share * up["samples"])))
-        self.last_step[m], self.last_u[m], self.last_shares[m] = t, u, np.asarray(up["shares"])
+        self.last_step[m], self.last_shares[m], self.last_vtime[m] = t, np.asarray(up["shares"]), vt
         self.replies[m] = {"model": reply, "t": t,
                            "models": self.state.models.clone() if self.a.name == "fedsoft_async" else None}
-        self.uploads_of[m] += 1
-        self.next_time[m] += self._gap(m, int(self.uploads_of[m]))
+        self.ticks[m] += 1 + up["silent"]
+        self.next_time[m] = vt + self._gap(m, int(self.ticks[m]))
+
+    def _upload_time(self, m: int, silent: int) -> float:
+        """The virtual time of client m's computed upload: its next tick, plus the ticks it let
+        pass silently (upload_policy shift)."""
+        return float(self.next_time[m] + sum(self._gap(m, int(self.ticks[m]) + j) for j in range(1, silent + 1)))
 
     def advance(self) -> dict[str, Any]:
         """The initial evaluation, or one batch: train every client whose next upload is not
-        computed (in parallel), then apply uploads in order while they are computed."""
+        computed (in parallel), then apply uploads in virtual-time order while the earliest is
+        computed (an uncomputed client's next tick bounds its upload time from below)."""
         if not self.started:
             self.started = True
             return {"round": 0, "headline": self.evaluate(), "done": False}
         total = int(self.a.rounds)
-        need = [m for m in range(self.cfg.data.clients) if m not in self.computed]
+        n = self.cfg.data.clients
+        need = [m for m in range(n) if m not in self.computed]
         if need:
             payload = {
                 "params": self.params, "replies": {m: self.replies[m] for m in need if m in self.replies},
                 "initial": initial_reply(self.state) if len(self.replies) < len(need) else None,
                 "initial_models": self.initial_models if self.a.name == "fedsoft_async" else None,
             }
-            self.computed.update(self.executor.call("stream_step", need, payload, self.state.t))
+            done = self.executor.call("stream_step", need, payload, self.state.t)
+            for m in sorted(done):
+                done[m]["vtime"] = self._upload_time(m, done[m]["silent"])
+            self.computed.update(done)
         head = None
+        order = None
         if self.a.mode == "realtime":  # arrival order within the batch
             order = sorted(self.computed, key=lambda m: (self.computed[m]["finished"], m))
-        else:
-            order = None
+        every = self.cfg.output.checkpoint_every
         while self.state.t < total:
             if order is not None:
                 if not order:
                     break
                 m = order.pop(0)
             else:
-                m = int(np.lexsort((np.arange(len(self.next_time)), self.next_time))[0])
+                keys = np.array([self.computed[i]["vtime"] if i in self.computed else self.next_time[i]
+                                 for i in range(n)])
+                m = int(np.lexsort((np.arange(n), keys))[0])
                 if m not in self.computed:
                     break
             self._apply(m, self.computed.pop(m))
             if self.state.t % self.a.eval_every == 0 or self.state.t == total:
                 head = self.evaluate()
+            if every and self.run_dir is not None and self.state.t % every == 0:
+                self.checkpoint()
         return {"round": self.state.t, "headline": head, "done": self.state.t >= total}
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        if self._center_scores is None:
+        if self._center_scores is None and self.server:
             self.evaluate()
         ids = sorted(self.last_u)
         weights = np.stack([self.last_u[m] for m in ids]) if ids else None
         truth = np.stack([self.last_shares[m] for m in ids]) if ids else np.zeros((0, 0))
         means = {k: float(np.mean(v)) for k, v in self._means.items() if v}
-        out = summarize(self._center_scores, "accuracy", means, weights, truth)
+        k = self.drift.num_clusters
+        scores = self._center_scores if self._center_scores is not None else np.zeros((k, 0))
+        out = summarize(scores, "accuracy", means, weights, truth)
+        if weights is not None:  # cluster k is pre-trained on distribution k: no matching to guess
+            out["matching"] = {str(s): s for s in range(k)}
+            out["weight_mae"] = weight_error(weights, truth, np.arange(k))
         # the paper's Table-1 triple and the mean KL
         out.update(cli_bfr=means.get("accuracy_before"), cli_aft=means.get("accuracy_after"),
-                   cluster_acc=float(np.mean(np.diag(self._center_scores))),
+                   cluster_acc=float(np.mean(np.diag(scores))) if scores.shape[1] else None,
                    kl=float(np.mean(self.kl)) if self.kl else None)
+        n, tot = self.cfg.data.clients, self.totals
+        out.update(bytes_down_per_client=tot["bytes_down"] / n, bytes_up_per_client=tot["bytes_up"] / n,
+                   samples_trained_per_client=tot["samples_trained"] / n,
+                   client_estimation_forwards_per_client=tot["estimation_forwards"] / n,
+                   server_estimation_forwards=int(tot["server_forwards"]), silent_ticks=int(tot["silent_ticks"]),
+                   # where the time goes: seconds summed over clients (they run in parallel) and the server's
+                   time_breakdown_s={"client_training": tot["train_s"], "client_estimation": tot["estimation_s"],
+                                     "server_estimation": tot["server_estimation_s"]})
         out.update(run_id=self.recorder.run_id, algorithm=self.a.name, dataset=self.cfg.data.name,
                    rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
                    wall_time_s=self._elapsed())

@@ -14,7 +14,7 @@ from raysoft.config import RayConfig
 
 from conftest import small_config
 
-METRIC_COLUMNS = ["run_id", "algorithm", "step", "time_s", "scope", "entity", "eval_dist", "metric", "value"]
+METRIC_COLUMNS = ["run_id", "algorithm", "step", "time_s", "scope", "entity", "eval_dist", "metric", "value", "virtual_time"]
 
 
 def _fedsoft_20(**sections):

@@ -6,11 +6,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import raysoft
 from raysoft.data.drift import DriftingImages
 from raysoft.config import DataConfig
-from raysoft.stream import kl_divergence
+from raysoft.stream import StreamCoordinator, kl_divergence
 
 from conftest import small_config
 from test_images import write_fmnist
@@ -119,3 +120,86 @@ def test_ccfl_estimates_the_main_cluster_on_rotated_fashion_mnist(tmp_path):
     hit = (w.to_numpy().argmax(axis=1) == truth.loc[w.index].to_numpy().argmax(axis=1)).mean()
     assert hit > 0.65
     assert r.summary["cluster_acc"] > 0.5  # pre-trained and updated cluster models (chance: 0.1)
+
+
+def _metrics(run_dir):
+    return pd.read_parquet(Path(run_dir) / "metrics.parquet").drop(columns=["run_id", "time_s"])
+
+
+@pytest.mark.parametrize("policy", ["clock", "shift"])
+def test_a_stream_interrupted_after_a_checkpoint_resumes_to_identical_results(tmp_path, fm, monkeypatch, policy):
+    """Checkpoints hold the server state, the clocks, the pending uploads and the histories: a
+    run stopped mid-stream and resumed writes exactly what an uninterrupted run writes."""
+    cfg = _stream_config(fm, upload_policy=policy, shift_threshold=0.3, max_silent_ticks=2)
+    clean = raysoft.run(cfg, out=tmp_path / "clean")
+    cfg["output"] = {"checkpoint_every": 5}
+    original = StreamCoordinator._apply
+    calls = {"n": 0}
+
+    def crash_after_13(self, m, up):
+        calls["n"] += 1
+        if calls["n"] > 13:
+            raise RuntimeError("driver lost")
+        original(self, m, up)
+
+    monkeypatch.setattr(StreamCoordinator, "_apply", crash_after_13)
+    with pytest.raises(RuntimeError, match="driver lost"):
+        raysoft.run(cfg, out=tmp_path / "killed")
+    monkeypatch.setattr(StreamCoordinator, "_apply", original)
+    (run_dir,) = (tmp_path / "killed").iterdir()
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["state"].t == 10 and ckpt["computed"]  # pending uploads are part of the checkpoint
+    assert _metrics(run_dir).step.max() == 10 and not (run_dir / "summary.json").exists()
+    resumed = raysoft.resume(run_dir)
+    pd.testing.assert_frame_equal(_metrics(run_dir), _metrics(clean.run_dir), check_exact=True)
+    for key in ("cli_bfr", "cli_aft", "kl", "bytes_down_per_client", "silent_ticks"):
+        assert resumed.summary[key] == clean.summary[key]
+
+
+def test_costs_local_and_fedsoft_async_download_k_times_ccfls_bytes(tmp_path, fm):
+    """Per upload CCFL downloads one model, FedSoft-Async all K; Local communicates nothing and
+    has no estimate; every client trains on the same number of samples in all three (same clocks,
+    same data)."""
+    runs = {name: raysoft.run(_stream_config(fm, name=name), out=tmp_path)
+            for name in ("ccfl", "fedsoft_async", "local_stream")}
+    c, f, loc = (runs[n].summary for n in ("ccfl", "fedsoft_async", "local_stream"))
+    # the CNN [2, 4] / 8: conv 1*2*25+2, conv 2*4*25+4, fc 4*7*7*8+8, fc 8*10+10 float32 parameters
+    model_bytes = 4 * (52 + 204 + 1576 + 90)
+    per_client = 24 / 6  # uploads per client
+    assert c["bytes_down_per_client"] == model_bytes * per_client
+    assert f["bytes_down_per_client"] == 3 * c["bytes_down_per_client"]  # K = 3
+    assert c["bytes_up_per_client"] == model_bytes * per_client
+    assert f["bytes_up_per_client"] == (model_bytes + 8 * 3) * per_client  # the model and mu
+    assert loc["bytes_down_per_client"] == loc["bytes_up_per_client"] == 0
+    assert c["samples_trained_per_client"] == f["samples_trained_per_client"] == loc["samples_trained_per_client"]
+    assert c["client_estimation_forwards_per_client"] == 0 < f["client_estimation_forwards_per_client"]
+    assert c["server_estimation_forwards"] > 0 == f["server_estimation_forwards"]
+    assert set(c["time_breakdown_s"]) == {"client_training", "client_estimation", "server_estimation"}
+    assert loc["kl"] is None and loc["cli_aft"] is None and loc["cluster_acc"] is None
+    assert loc["cli_bfr"] is not None and runs["local_stream"].table("weights").empty
+    m = runs["ccfl"].metrics
+    assert (m[m.metric == "bytes_down"].value == model_bytes).sum() == 24
+
+
+def test_upload_after_a_data_shift_keeps_training_silently_until_the_mixture_moves(tmp_path, fm):
+    """upload_policy shift: an upload's mixture is at least shift_threshold (total variation)
+    away from the client's previous upload's, unless it waited max_silent_ticks ticks; uploads
+    come in virtual-time order."""
+    r = raysoft.run(_stream_config(fm, upload_policy="shift", shift_threshold=0.3, max_silent_ticks=2),
+                    out=tmp_path)
+    m = r.metrics
+    ups = m[m.metric == "accuracy_before"].sort_values("step")
+    assert ups.virtual_time.notna().all() and ups.virtual_time.is_monotonic_increasing
+    silent = m[m.metric == "silent_ticks"].set_index(["entity", "step"]).value
+    assert silent.sum() == r.summary["silent_ticks"] > 0
+    shares = r.table("clients").pivot(index=["client", "step"], columns="distribution", values="share")
+    checked = 0
+    for client, g in shares.groupby(level="client"):
+        steps = g.index.get_level_values("step")
+        assert silent[(client, steps[0])] == 0  # the first upload is immediate
+        tv = 0.5 * np.abs(np.diff(g.to_numpy(), axis=0)).sum(axis=1)
+        for step, moved in zip(steps[1:], tv):
+            assert moved >= 0.3 or silent[(client, step)] == 2
+            checked += 1
+    assert checked > 0
+    assert raysoft.run(_stream_config(fm), out=tmp_path).summary["silent_ticks"] == 0

@@ -16,7 +16,9 @@ ALGORITHMS: dict[str, Algorithm] = {
 
 
 def get_algorithm(name: str) -> Algorithm:
-    if name in ("ccfl", "fedsoft_async"):  # the client half of the asynchronous streams
+    from ..config import STREAM_ALGORITHMS
+
+    if name in STREAM_ALGORITHMS:  # the client half of the asynchronous streams
         from ..stream import StreamAlgorithm
 
         return StreamAlgorithm(name)  # type: ignore[return-value]
