@@ -148,8 +148,9 @@ class CCFLConfig(AlgorithmConfig):
     d1_bar: float | Literal["min"] = 0.0
     d2_bar: float | Literal["min"] = 0.0
     score_floor: float | None = Field(0.0, description="clamp after the bars (ALGORITHMS.md 5.4); null: none")
-    loss_reduction: Literal["batch_sum", "mean"] = Field(
-        "batch_sum", description="scale of F(w; D_k): sum of batch-mean losses (batches of 128) or the mean"
+    loss_reduction: Literal["batch_sum", "mean", "paper_scale"] = Field(
+        "batch_sum", description="scale of F(w; D_k): sum of batch-mean losses (batches of 128), the mean, or "
+        "paper_scale: the mean x 16, the batch sum of the paper's 2000-image D_k (for smaller D_k with its bars)"
     )
     alpha0: float = Field(0.025, gt=0.0, le=1.0)
     alpha1_bar: float | Literal["ave"] = "ave"

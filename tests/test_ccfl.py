@@ -80,6 +80,8 @@ def test_reduce_losses_mean_and_sum_of_batch_means():
     assert reduce_losses(per, "mean", 2) == pytest.approx(3.0)
     # batches (1, 2), (3, 4), (5): 1.5 + 3.5 + 5 = 10
     assert reduce_losses(per, "batch_sum", 2) == pytest.approx(10.0)
+    # paper_scale: the mean (3) times the batches of 2000 samples (ceil(2000 / 128) = 16)
+    assert reduce_losses(per, "paper_scale", 128) == pytest.approx(48.0)
 
 
 def test_cluster_losses_of_a_known_vector_mean_and_batch_sum():

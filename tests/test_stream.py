@@ -1,6 +1,7 @@
 """CCFL and FedSoft-Async as asynchronous streams: reproducible across backends and packings,
 the contract's tables, drift, joins, and CCFL's estimates on real rotated Fashion-MNIST."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,19 @@ def test_upload_after_a_data_shift_keeps_training_silently_until_the_mixture_mov
             checked += 1
     assert checked > 0
     assert raysoft.run(_stream_config(fm), out=tmp_path).summary["silent_ticks"] == 0
+
+
+def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
+    from raysoft.compare import compare
+
+    path = compare(_stream_config(fm), ["ccfl", "fedsoft_async", "local"], out=tmp_path)
+    table = pd.read_parquet(path / "comparison.parquet").set_index("algorithm")
+    assert list(table.index) == ["ccfl", "fedsoft_async", "local"]
+    local = json.loads((path / "local" / "summary.json").read_text())
+    assert local["algorithm"] == "local_stream" and table.loc["local", "bytes_down_per_client"] == 0
+    assert table.loc["fedsoft_async", "bytes_down_per_client"] == 3 * table.loc["ccfl", "bytes_down_per_client"]
+    md = (path / "comparison.md").read_text()
+    assert "| algorithm | Cli Bfr | Cli Aft | Cluster | KL |" in md
+    assert f"| ccfl | {table.loc['ccfl', 'cli_bfr']:.3f} | {table.loc['ccfl', 'cli_aft']:.3f} |" in md
+    with pytest.raises(raysoft.ConfigError, match="fedsoft runs synchronous rounds"):
+        compare(_stream_config(fm), ["ccfl", "fedsoft"], out=tmp_path)

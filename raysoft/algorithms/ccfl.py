@@ -36,6 +36,8 @@ float32 torch vectors (:data:`~raysoft.params.Params`). Nothing here knows about
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Sequence, Union
 
@@ -71,10 +73,12 @@ class CCFLParams:
     #   values are clamped from below at this floor so that a bar larger than the values cannot
     #   invert the ranking; None = the paper's literal formula (no clamp). If every value of a
     #   term is zero, the term is uniform (1/K), the limit of equal values.
-    loss_reduction: Literal["batch_sum", "mean"] = "batch_sum"  # [ALGORITHMS.md 5.4, GUESS]
+    loss_reduction: Literal["batch_sum", "mean", "paper_scale"] = "batch_sum"  # [ALGORITHMS.md 5.4, GUESS]
     #   scale of F(w; D_k): "batch_sum" = sum over consecutive batches of ``loss_batch_size`` of
     #   the batch-mean loss (FedSoft's Client.eval pattern; the reading that makes l_bar = 8 /
-    #   40 / 70 sensible); "mean" = the mean over D_k, the paper's written definition E_{D_k} l.
+    #   40 / 70 sensible); "mean" = the mean over D_k, the paper's written definition E_{D_k} l;
+    #   "paper_scale" = the batch sum F would have on the paper's |D_k| = 2000, i.e. the mean
+    #   loss x ceil(2000 / loss_batch_size), for smaller validation sets with the paper's bars.
     loss_batch_size: int = 128  # batch size of "batch_sum" (the paper's batch size, A.1)
 
     # --- Update ratios (Algorithm 1, UpdateRatioCompute; section 5.1) ---
@@ -116,8 +120,9 @@ class CCFLParams:
                 raise ValueError(f"{name} must be a number or 'min', got {v!r}")
         if self.alpha1_bar != "ave" and not isinstance(self.alpha1_bar, (int, float)):
             raise ValueError(f"alpha1_bar must be a number or 'ave', got {self.alpha1_bar!r}")
-        if self.loss_reduction not in ("batch_sum", "mean"):
-            raise ValueError(f"loss_reduction must be 'batch_sum' or 'mean', got {self.loss_reduction!r}")
+        if self.loss_reduction not in ("batch_sum", "mean", "paper_scale"):
+            raise ValueError(f"loss_reduction must be 'batch_sum', 'mean' or 'paper_scale', got "
+                             f"{self.loss_reduction!r}")
         if self.loss_batch_size < 1:
             raise ValueError("loss_batch_size must be >= 1")
         if not 0 < self.alpha0 <= 1:
@@ -225,15 +230,21 @@ def is_stale(t: int, tau: int, tau0: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- Algorithm 1: estimation
+PAPER_VALIDATION_SIZE = 2000  # |D_k| of papers/ccfl.md's experiments
+
+
 def reduce_losses(per_sample: torch.Tensor, reduction: str, batch_size: int) -> float:
     """F(w; D) from the per-sample losses on D: their mean, or ("batch_sum") the sum over
     consecutive batches of ``batch_size`` of each batch's mean loss (the last batch may be
-    smaller and is averaged over its own size)."""
+    smaller and is averaged over its own size), or ("paper_scale") the mean times the number of
+    batches of a 2000-sample set."""
     losses = per_sample.detach().to(torch.float64).reshape(-1)
     if reduction == "mean":
         return float(losses.mean())
     if reduction == "batch_sum":
         return float(sum(chunk.mean() for chunk in torch.split(losses, batch_size)))
+    if reduction == "paper_scale":  # the batch sum on a set of the paper's 2000 samples
+        return float(losses.mean()) * math.ceil(PAPER_VALIDATION_SIZE / batch_size)
     raise ValueError(f"unknown loss reduction {reduction!r}")
 
 
