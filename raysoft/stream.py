@@ -14,10 +14,13 @@ studying true asynchrony; it is not reproducible.
 
 Recorded per upload (``step`` = the global epoch t): the client's Cli Bfr (``accuracy_before``,
 the uploaded model on a test set with its current mixture), Cli Aft (``accuracy_after``, the
-reply on the same test set, measured when the client next trains and filed under the same
-step), ``kl`` = KL(true mixture || estimate), the estimate in ``weights.parquet`` and the true
-mixture in ``clients.parquet``; every ``eval_every`` uploads, every cluster model on every
-cluster's test set.
+reply on the same test set, measured when the client next trains, or at the end of the stream
+for its last reply, and filed under the same step), ``kl`` = KL(true mixture || estimate), the
+client's costs, the estimate in ``weights.parquet`` and the true mixture in ``clients.parquet``;
+every ``eval_every`` uploads, every cluster model on every cluster's test set. The summary's
+``cli_bfr`` / ``cli_aft`` are papers/ccfl.md Table 1's: the mean over clients at their final
+upload-download cycle; ``cluster_acc`` the cluster models' accuracy averaged over every
+evaluation; the means over all uploads are ``cli_bfr_all_uploads`` / ``cli_aft_all_uploads``.
 """
 
 from __future__ import annotations
@@ -100,6 +103,29 @@ class StreamClient:
         return {**self.__dict__, "cache": None}
 
 
+def _receive(name: str, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+    """(the new anchor, the K models if they came down, bytes downloaded) of a reply."""
+    if name == "local_stream":  # no server: the client's own model is its anchor
+        return cs.local, None, 0
+    if name == "fedsoft_async":  # all K models come down; the client mixes them itself
+        models = reply["models"]
+        return personalised_model(models, cs.mu), models, nbytes(models)
+    return reply["model"], None, nbytes(reply["model"])
+
+
+def _score_reply(ctx: ClientContext, cs: StreamClient, anchor: Params) -> dict[str, float]:
+    """Cli Aft: the reply on the test set of the data it was sent for."""
+    set_flat(ctx.scratch, anchor)
+    return evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+
+
+def stream_score(ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
+    """At the end of the stream: score the last reply (Cli Aft of the client's final upload)."""
+    a: CCFLConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+    anchor, _, _ = _receive(a.name, cs, payload["replies"][ctx.client])
+    return cs, _score_reply(ctx, cs, anchor)
+
+
 def stream_step(ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
     """Receive the last reply (or the initial model), score it on the current test set (Cli Aft
     of the previous upload), take the next tick's data, train on objective (2) with the reply as
@@ -122,16 +148,8 @@ def stream_step(ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t
         start = anchor.clone()
     else:
         cs.tau = reply["t"]
-        if a.name == "local_stream":  # no server: the client's own model is its anchor
-            anchor = cs.local
-        else:
-            if a.name == "fedsoft_async":  # all K models come down; the client mixes them itself
-                models = reply["models"]
-                anchor, down = personalised_model(models, cs.mu), nbytes(models)
-            else:
-                anchor, down = reply["model"], nbytes(reply["model"])
-            set_flat(ctx.scratch, anchor)
-            after = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+        anchor, models, down = _receive(a.name, cs, reply)
+        after = _score_reply(ctx, cs, anchor) if a.name != "local_stream" else None
         start = client_start(cs.local, anchor, payload["params"]) if a.name != "local_stream" else cs.local.clone()
         if a.drift:
             cs.next_cycle()
@@ -177,7 +195,7 @@ class StreamAlgorithm:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.client_ops = {"stream_step": stream_step}
+        self.client_ops = {"stream_step": stream_step, "stream_score": stream_score}
 
     def init_client(self, ctx: ClientContext) -> StreamClient:
         a: CCFLConfig = ctx.cfg.algorithm  # type: ignore[assignment]
@@ -207,7 +225,8 @@ class StreamCoordinator:
     # everything a checkpoint must hold to continue the stream exactly (no random state: every
     # draw is derived from (seed, purpose, ids))
     CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
-                    "last_shares", "last_vtime", "kl", "stale", "_center_scores", "_means", "totals")
+                    "last_shares", "last_vtime", "kl", "stale", "_center_scores", "_means", "totals",
+                    "final_before", "final_after", "cluster_history", "finished")
 
     def __init__(self, cfg: Config, executor, run_id: str, run_dir: str | None = None, resume: bool = False) -> None:
         self.cfg, self.executor = cfg, executor
@@ -242,6 +261,10 @@ class StreamCoordinator:
         self.started = False
         self._center_scores: np.ndarray | None = None
         self._means: dict[str, list[float]] = {"accuracy_before": [], "accuracy_after": []}
+        self.final_before: dict[int, float] = {}  # each client's Cli Bfr / Cli Aft of its last upload
+        self.final_after: dict[int, float] = {}
+        self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
+        self.finished = False
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "silent_ticks")}
@@ -301,6 +324,7 @@ class StreamCoordinator:
                     self._row("cluster", c, s, name, value)
                 scores[s, c] = metrics["accuracy"]
             self._center_scores = scores
+            self.cluster_history.append(float(np.mean(np.diag(scores))))
             head = {f"acc[{s}]": float(scores[s, s]) for s in range(k)}
         if self._means["accuracy_before"]:
             head["cli bfr"] = float(np.mean(self._means["accuracy_before"][-50:]))
@@ -331,10 +355,9 @@ class StreamCoordinator:
         for name, value in up["before"].items():
             self._row("client", m, -1, f"{name}_before", value, vtime=vt)
         self._means["accuracy_before"].append(up["before"]["accuracy"])
+        self.final_before[m] = up["before"]["accuracy"]
         if up["after"] is not None:  # the previous reply, scored on the data it was sent for
-            for name, value in up["after"].items():
-                self._row("client", m, -1, f"{name}_after", value, step=self.last_step[m], vtime=self.last_vtime[m])
-            self._means["accuracy_after"].append(up["after"]["accuracy"])
+            self._record_after(m, up["after"])
         for name, value in up["cost"].items():
             self.totals[name] += value
             if not name.endswith("_s"):
@@ -358,6 +381,28 @@ class StreamCoordinator:
                            "models": self.state.models.clone() if self.a.name == "fedsoft_async" else None}
         self.ticks[m] += 1 + up["silent"]
         self.next_time[m] = vt + self._gap(m, int(self.ticks[m]))
+
+    def _record_after(self, m: int, after: dict[str, float]) -> None:
+        for name, value in after.items():
+            self._row("client", m, -1, f"{name}_after", value, step=self.last_step[m], vtime=self.last_vtime[m])
+        self._means["accuracy_after"].append(after["accuracy"])
+        self.final_after[m] = after["accuracy"]
+
+    def _finish(self) -> None:
+        """Score every client's last reply (Cli Aft of its final upload): computed uploads that
+        will never be applied carry it; the other clients score it now."""
+        if not self.server or self.finished:
+            return
+        self.finished = True
+        for m in sorted(self.computed):
+            if self.computed[m]["after"] is not None:
+                self._record_after(m, self.computed[m]["after"])
+        rest = [m for m in sorted(self.replies) if m not in self.computed]
+        if rest:
+            scores = self.executor.call("stream_score", rest, {"replies": {m: self.replies[m] for m in rest}},
+                                        self.state.t)
+            for m in rest:
+                self._record_after(m, scores[m])
 
     def _upload_time(self, m: int, silent: int) -> float:
         """The virtual time of client m's computed upload: its next tick, plus the ticks it let
@@ -405,6 +450,8 @@ class StreamCoordinator:
                 head = self.evaluate()
             if every and self.run_dir is not None and self.state.t % every == 0:
                 self.checkpoint()
+        if self.state.t >= total:
+            self._finish()
         return {"round": self.state.t, "headline": head, "done": self.state.t >= total}
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -420,10 +467,15 @@ class StreamCoordinator:
         if weights is not None:  # cluster k is pre-trained on distribution k: no matching to guess
             out["matching"] = {str(s): s for s in range(k)}
             out["weight_mae"] = weight_error(weights, truth, np.arange(k))
-        # the paper's Table-1 triple and the mean KL
-        out.update(cli_bfr=means.get("accuracy_before"), cli_aft=means.get("accuracy_after"),
-                   cluster_acc=float(np.mean(np.diag(scores))) if scores.shape[1] else None,
-                   kl=float(np.mean(self.kl)) if self.kl else None)
+        # papers/ccfl.md Table 1: clients' accuracy at their final upload-download cycle (before
+        # uploading and of the reply), the clusters' accuracy averaged over all evaluations; the
+        # mean KL; and the means over every upload
+        final = lambda d: float(np.mean(list(d.values()))) if d else None  # noqa: E731
+        out.update(cli_bfr=final(self.final_before), cli_aft=final(self.final_after),
+                   cluster_acc=float(np.mean(self.cluster_history)) if self.cluster_history else None,
+                   kl=float(np.mean(self.kl)) if self.kl else None,
+                   cli_bfr_all_uploads=means.get("accuracy_before"), cli_aft_all_uploads=means.get("accuracy_after"),
+                   cluster_acc_final=float(np.mean(np.diag(scores))) if scores.shape[1] else None)
         n, tot = self.cfg.data.clients, self.totals
         out.update(bytes_down_per_client=tot["bytes_down"] / n, bytes_up_per_client=tot["bytes_up"] / n,
                    samples_trained_per_client=tot["samples_trained"] / n,

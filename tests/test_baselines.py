@@ -140,3 +140,22 @@ def test_ifca_good_initializer_rebalances_a_collapsed_first_draw(tmp_path):
     assert first_round_sizes(0.0) == [0.0, 20.0]  # this seed's first draw: every client picks one center
     smallest, _ = first_round_sizes(0.35)
     assert smallest >= 7
+
+
+@pytest.mark.parametrize("name", ["ifca", "fedem"])
+def test_local_training_leaves_the_broadcast_models_unchanged(name):
+    # params.set_flat makes the scratch model's parameters views of the vector it is given, so
+    # training from a row of the payload used to change the payload itself: the next client of
+    # the same host started from the previous client's model (and, in-process, the server's
+    # centers moved). For IFCA this made the first clients' center better for every later client.
+    from raysoft.config import parse_config
+    from raysoft.host import ClientHost
+
+    cfg = parse_config(small_config(algorithm={"name": name, "num_centers": 2}))
+    models = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))  # synthetic: Linear(10 -> 1)
+    payload = {"centers": models, "option": "model"} if name == "ifca" else {"learners": models}
+    before = models.clone()
+    together = ClientHost(cfg, [0, 1]).call("train", [0, 1], payload, 0)
+    torch.testing.assert_close(models, before, rtol=0, atol=0)
+    alone = ClientHost(cfg, [1]).call("train", [1], payload, 0)  # same update without client 0
+    torch.testing.assert_close(together[1][1], alone[1][1])
