@@ -74,8 +74,9 @@ def stream_markdown(table: pd.DataFrame) -> str:
     def pct(v):
         return "–" if v is None or pd.isna(v) else f"{v:.3f}"
 
-    lines = ["mean accuracy over all uploads (Cli Bfr: the uploaded model, Cli Aft: the reply, on the client's "
-             "current test set); Cluster: each cluster model on its own distribution; KL(true mixture || estimate)",
+    lines = ["papers/ccfl.md Table 1: Cli Bfr (the uploaded model) and Cli Aft (the reply) on the client's current "
+             "test set, mean over clients at their final cycle; Cluster: each cluster model on its own distribution, "
+             "mean over all evaluations; KL(true mixture || estimate), mean over uploads",
              "", "| algorithm | Cli Bfr | Cli Aft | Cluster | KL | MB down / client | MB up / client |",
              "|---|---|---|---|---|---|---|"]
     for row in table.itertuples():
