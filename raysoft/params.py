@@ -22,8 +22,18 @@ def get_flat(model: nn.Module) -> Params:
 
 
 def set_flat(model: nn.Module, vec: Params) -> None:
-    """Copy ``vec`` into the model's parameters, in place."""
-    torch.nn.utils.vector_to_parameters(vec.to(next(model.parameters()).device), model.parameters())
+    """Copy ``vec`` into the model's parameters, in place. A copy, not
+    ``torch.nn.utils.vector_to_parameters``, which makes the parameters *views* of ``vec``:
+    training the model would then write into ``vec`` (a center of a broadcast payload shared by
+    every client of a host, or the server's own state in-process)."""
+    i = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(vec[i : i + n].view_as(p))
+            i += n
+    if i != vec.numel():
+        raise ValueError(f"a vector of {vec.numel()} values for a model of {i} parameters")
 
 
 def views_like(vec: Params, model: nn.Module) -> list[torch.Tensor]:

@@ -97,7 +97,7 @@ def _fedem_train(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t
     new = []
     for m, opt in enumerate(cs.optimizers):
         opt.lr = lr
-        new.append(train_from(ctx, opt, learners[m].clone(), t, tag=f"shuffle-learner-{m}", sample_weights=q[m]))
+        new.append(train_from(ctx, opt, learners[m], t, tag=f"shuffle-learner-{m}", sample_weights=q[m]))
     cs.rounds += 1
     return cs, (torch.stack(new), cs.pi.clone())
 

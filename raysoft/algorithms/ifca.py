@@ -74,10 +74,7 @@ def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t:
     if payload["option"] == "gradient":
         set_flat(ctx.scratch, centers[j])
         return opt, (j, full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task))
-    # a copy: set_flat makes the scratch parameters views of its argument, so training from
-    # centers[j] itself would change the shared payload (the next client of this host would then
-    # start from this client's model, and the server's centers would drift in-process)
-    return opt, (j, train_from(ctx, opt, centers[j].clone(), t))
+    return opt, (j, train_from(ctx, opt, centers[j], t))
 
 
 def _ifca_assign(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
