@@ -34,7 +34,7 @@ Into every run directory (PNG, drawn headless with matplotlib's Agg canvas):
   Local; a stream whose clients' mixtures drift has no groups for Figure 1's bottom).
 
 Given several run directories, also into ``out`` (default: the first run's parent directory):
-``comparison.md`` (one row per run; with stream runs also their Cli Bfr / Cli Aft / Cluster / KL
+``comparison_report.md`` (one row per run; with stream runs also their Cli Bfr / Cli Aft / Cluster / KL
 table) and ``comparison_center_metric.png`` (per distribution, the best center's metric at every
 evaluation, i.e. the best over the centers at that round, one line per run); with at least two
 stream runs, ``comparison_kl.png`` reproduces papers/ccfl.md **Figure 4(b)**: the mean KL(true
@@ -648,9 +648,9 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     if run.is_stream:
         has_bytes = "bytes_down_per_client" in s
         lines += ["Stream accuracy (papers/ccfl.md Table 1: Cli Bfr = the local model before its upload, Cli Aft "
-                  "= the model received for it, both averaged over every upload; Cluster = the cluster models on "
-                  "their own distribution at the last evaluation) and the mean KL(true mixture || estimate) over "
-                  "the uploads:", "",
+                  "= the model received for it, both the mean over clients at their final upload-download cycle; "
+                  "Cluster = the cluster models on their own distribution, averaged over every evaluation) and the "
+                  "mean KL(true mixture || estimate) over the uploads:", "",
                   "| Cli Bfr (`cli_bfr`) | Cli Aft (`cli_aft`) | Cluster (`cluster_acc`) | KL (`kl`) |"
                   + (" bytes down per client (`bytes_down_per_client`) |" if has_bytes else ""),
                   "|---|---|---|---|" + ("---|" if has_bytes else ""),
@@ -777,9 +777,10 @@ def _stream_comparison(streams: Sequence[RunData], out: Path, kl_figure: Path | 
     cols = 6 + bool(ref) + has_bytes
     lines = [
         "## Streams (papers/ccfl.md Table 1, Figure 4(b))", "",
-        "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both averaged over "
-        "every upload); Cluster: the cluster models on their own distribution at the last evaluation; mean KL: "
-        "KL(true mixture || estimate) averaged over every upload (lower is better).", "",
+        "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both the mean over "
+        "clients at their final upload-download cycle); Cluster: the cluster models on their own distribution, "
+        "averaged over every evaluation; mean KL: KL(true mixture || estimate) averaged over every upload "
+        "(lower is better).", "",
         head, "|---" * cols + "|",
     ]
     for r in streams:
@@ -858,7 +859,7 @@ def _unique(run_dirs: Sequence[str | Path]) -> list[Path]:
 
 
 def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> list[Path]:
-    """Write the figures and report.md of every run directory and, for several, comparison.md,
+    """Write the figures and report.md of every run directory and, for several, comparison_report.md,
     comparison_center_metric.png and (two or more stream runs) comparison_kl.png into ``out``
     (default: the first run's parent directory).
     Returns the files written. Every path is checked before anything is written:
@@ -892,7 +893,8 @@ def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> lis
             kl_figure = _save(fig, out_dir / COMPARISON_FILES["kl"]) if fig is not None else None
             if kl_figure is not None:
                 written.append(kl_figure)
-        written.append(_write_text(out_dir / "comparison.md", comparison_markdown(runs, out_dir, figure, kl_figure)))
+        written.append(_write_text(out_dir / "comparison_report.md",
+                                   comparison_markdown(runs, out_dir, figure, kl_figure)))
     return written
 
 
@@ -905,7 +907,7 @@ class _Parser(argparse.ArgumentParser):
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``report`` arguments (for wiring into another parser's subcommand)."""
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (as `raysoft run` prints)")
-    parser.add_argument("--out", help="where comparison.md goes when several runs are given "
+    parser.add_argument("--out", help="where comparison_report.md goes when several runs are given "
                                       "(default: the first run's parent directory)")
     return parser
 

@@ -349,3 +349,14 @@ def test_upload_trained_on_cluster_0_is_estimated_as_cluster_0():
     assert u[0] > u[1]
     assert (reply - new.models[0]).norm() < (reply - new.models[1]).norm()
     assert diag["updated"].tolist() == [True, False]
+
+
+def test_the_amplified_estimate_is_capped_well_below_a_dominant_share():
+    """Why CCFL's estimates stay soft (README, "Asynchronous streams"): each bracket of Algorithm
+    1 lies in [0, 1], so a score is at most 1/(K-1) and at least (K-2)/(K-1)^2 when one cluster
+    wins every term; after softmax(A u) with K = 4, A = 7 the largest weight is
+    e^(7/9) / (e^(7/9) + 3) = 0.4205, however clear the evidence (the true main share is 0.4-0.9)."""
+    best = combine_scores(np.array([0.0, 1, 1, 1]), np.array([0.0, 2, 2, 2]), np.array([0.0, 5, 5, 5]), 0.5, 0.25)
+    np.testing.assert_allclose(best, [1 / 3, 2 / 9, 2 / 9, 2 / 9])
+    u = amplify(best, [7.0])
+    assert u[0] == pytest.approx(np.exp(7 / 9) / (np.exp(7 / 9) + 3)) == pytest.approx(0.4205, abs=1e-4)

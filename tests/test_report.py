@@ -195,9 +195,9 @@ def test_comparison_of_several_runs(runs, written, tmp_path):
     order = ["fedsoft", "fedavg", "fpfc", "local"]
     out = tmp_path / "cmp"
     files = rp.report([runs[n] for n in order], out=out)
-    assert files[-2:] == [out / "comparison_center_metric.png", out / "comparison.md"]
+    assert files[-2:] == [out / "comparison_center_metric.png", out / "comparison_report.md"]
     _check_png(out / "comparison_center_metric.png")
-    text = (out / "comparison.md").read_text()
+    text = (out / "comparison_report.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| [")]
     assert [r.split(" | ")[1] for r in rows] == order
     loaded = [rp.load_run(runs[n]) for n in order]
@@ -236,7 +236,7 @@ def test_main_prints_the_files_then_the_report_directory(runs, written, tmp_path
     out = tmp_path / "two"
     assert rp.main([str(runs["fedsoft"]), str(runs["fedavg"]), "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == str(out) and lines[-2] == str(out / "comparison.md")
+    assert lines[-1] == str(out) and lines[-2] == str(out / "comparison_report.md")
     # default out: the first run's parent
     assert rp.report_dir([runs["fedsoft"], runs["fedavg"]]) == runs["fedsoft"].parent
 

@@ -220,7 +220,7 @@ def test_comparison_of_ccfl_and_fedsoft_async_has_the_kl_bars(runs, written, tmp
     out = tmp_path / "cmp"
     names = ["ccfl", "fedsoft_async"]
     files = rp.report([runs[n] for n in names], out=out)
-    assert files[-3:] == [out / "comparison_center_metric.png", out / "comparison_kl.png", out / "comparison.md"]
+    assert files[-3:] == [out / "comparison_center_metric.png", out / "comparison_kl.png", out / "comparison_report.md"]
     _check_png(out / "comparison_kl.png")
 
     loaded = [rp.load_run(runs[n]) for n in names]
@@ -236,7 +236,7 @@ def test_comparison_of_ccfl_and_fedsoft_async_has_the_kl_bars(runs, written, tmp
         assert bar.get_height() == pytest.approx(kl.mean())
         assert bar.get_height() == pytest.approx(rp.load_run(runs[n]).summary["kl"])
 
-    text = (out / "comparison.md").read_text()
+    text = (out / "comparison_report.md").read_text()
     assert "](comparison_kl.png)" in text
     stream_rows = [line for line in text.split("## Streams")[1].splitlines() if line.startswith("| [")]
     assert len(stream_rows) == 2
@@ -265,8 +265,8 @@ def test_kl_bars_skip_runs_without_kl_and_need_two_streams(runs, written, tmp_pa
     out = tmp_path / "one"
     files = rp.report([runs["fedsoft"], runs["ccfl"]], out=out)
     assert not (out / "comparison_kl.png").exists()
-    assert files[-2:] == [out / "comparison_center_metric.png", out / "comparison.md"]
-    text = (out / "comparison.md").read_text()
+    assert files[-2:] == [out / "comparison_center_metric.png", out / "comparison_report.md"]
+    text = (out / "comparison_report.md").read_text()
     assert "## Streams" in text and "comparison_kl.png" not in text
     assert "round (streams: global epoch t)" in rp.plot_comparison(
         [rp.load_run(runs["fedsoft"]), rp.load_run(runs["ccfl"])]).axes[0].get_xlabel()
@@ -278,4 +278,4 @@ def test_kl_bars_skip_runs_without_kl_and_need_two_streams(runs, written, tmp_pa
     loaded = [rp.load_run(runs["ccfl"]), rp.load_run(runs["local_stream"])]
     (ax,) = rp.plot_kl_comparison(loaded).axes
     assert [b.get_gid() for b in ax.patches] == [runs["ccfl"].name]
-    assert "not in the KL figure: " + runs["local_stream"].name in (out / "comparison.md").read_text()
+    assert "not in the KL figure: " + runs["local_stream"].name in (out / "comparison_report.md").read_text()
