@@ -389,7 +389,7 @@ class Config(Section):
         if not isinstance(v, Mapping):
             raise ValueError("must be a mapping with a 'name'")
         name = v.get("name", "fedsoft")
-        if name not in ALGORITHM_CONFIGS:
+        if not isinstance(name, str) or name not in ALGORITHM_CONFIGS:
             raise ValueError(f"unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHM_CONFIGS))})")
         return ALGORITHM_CONFIGS[name].model_validate(dict(v))
 

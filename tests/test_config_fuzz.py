@@ -1,6 +1,8 @@
 """Property test: any config mapping either validates or fails with one clean ConfigError line."""
 
-from hypothesis import HealthCheck, given, settings
+import os
+
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from raysoft.api import check_data
@@ -36,8 +38,9 @@ configs = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("RAYSOFT_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs)
+@example({"algorithm": {"name": [], "a": None}})  # an unhashable name once raised TypeError
 def test_random_configs_validate_or_fail_cleanly(raw):
     try:
         cfg = parse_config(raw)
