@@ -43,12 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")
     c.add_argument("--address", help="Ray address to join")
     c.add_argument("--progress", choices=["auto", "bar", "lines", "none"])
+    sub.add_parser("bench", help="seconds per round against the bare loop and Flower: bench [--workload W2] [--quick]")
     sub.add_parser("report", help="figures and Markdown summaries of finished runs: report RUN_DIR [RUN_DIR ...]")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # raysoft against the bare loop and Flower
+        from .bench import main as bench_main
+
+        return bench_main(argv[1:])
     if argv[:1] == ["report"]:  # figures and summaries of finished runs (matplotlib)
         from .report import main as report_main
 

@@ -304,7 +304,7 @@ class Coordinator:
         if diag.get("weights_updated"):
             self._record_weights(t)
         self.round = t + 1
-        info: dict[str, Any] = {"round": self.round, "headline": None}
+        info: dict[str, Any] = {"round": self.round, "headline": None, "trained": diag.get("trained")}
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
             info["headline"] = self.evaluate()
         return info

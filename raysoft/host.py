@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from typing import Any, Iterable
 
@@ -19,6 +20,8 @@ from .algorithms import ClientContext, get_algorithm
 from .config import Config
 from .data import ClientData, Federation
 from .models import build_model
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -81,6 +84,10 @@ class ClientHost:
             ctx = ClientContext(cfg=self.cfg, client=int(k), data=data, info=fed.info, scratch=scratch)
             self.contexts[int(k)] = ctx
             self.states[int(k)] = _to_device_state(self.algorithm.init_client(ctx), self.device)
+        if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
+            from .batched import warm_up
+
+            warm_up()
 
     @property
     def client_ids(self) -> list[int]:
@@ -123,9 +130,30 @@ class ClientHost:
         with torch_threads(client_threads(self.cfg)):
             return self._call(op, client_ids, payload, t)
 
+    def _batched(self, op: str, ids: list[int], t: int) -> Any:
+        """The algorithm's batched version of ``op`` if it may run here (not for an injected
+        straggler, which is slowed client by client), else None."""
+        fn = getattr(self.algorithm, "batched_ops", {}).get(op)
+        if fn is None or len(ids) < 2 or any(self._slowdown(k, t) > 1 for k in ids):
+            return None
+        from .batched import can_batch, use_batched
+
+        why = can_batch(self.scratch)
+        if why is not None and self.cfg.train.batched_clients == "on" and not getattr(self, "_said", False):
+            self._said = True
+            log.warning("train.batched_clients: on, but the model has %s; training clients one by one", why)
+        return fn if use_batched(self.cfg.train, self.cfg.model.name, self.scratch) else None
+
     def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         fn = self.algorithm.client_ops[op]
         payload = _to(payload, self.device)
+        ids = sorted(int(c) for c in client_ids)
+        batched = self._batched(op, ids, t)
+        if batched is not None:  # all of this host's clients in one vectorised computation
+            states, results = batched([self.contexts[k] for k in ids], [self.states[k] for k in ids], payload, t)
+            for k, st, res in zip(ids, states, results):
+                self.states[k] = st
+            return {k: _to(res, torch.device("cpu")) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}
         for k in sorted(int(c) for c in client_ids):
             began = time.perf_counter()

@@ -60,3 +60,25 @@ def evaluate_vector(ctx: ClientContext, vec: Params) -> dict[str, float]:
 def mean_losses(ctx: ClientContext, vectors: torch.Tensor) -> torch.Tensor:
     """[m] average loss of each vector over the client's whole training set."""
     return model_losses(ctx.scratch, vectors, ctx.data.x, ctx.data.y, ctx.info.task).mean(dim=1)
+
+
+def batched_local_train(ctxs: list[ClientContext], models: list[torch.nn.Module] | None, opts: list,
+                        t: int, start: torch.Tensor | None = None, **pull: Any) -> list[Params]:
+    """Train several clients of one host at once (:func:`raysoft.batched.batched_proximal_train`)
+    from their own ``models`` (written back in place) or, with ``models`` None, all from the
+    vector ``start``; return each client's trained vector."""
+    from ..batched import batched_proximal_train
+
+    ctx = ctxs[0]
+    if models is not None:
+        w0 = torch.stack([get_flat(m) for m in models])
+    else:
+        w0 = start[None, :].expand(len(ctxs), -1).clone()
+    w = batched_proximal_train(
+        ctx.scratch, w0, opts, [c.data.x for c in ctxs], [c.data.y for c in ctxs], ctx.info.task, ctx.cfg.train,
+        [numpy_rng(ctx.cfg.seed, "shuffle", c.client, t) for c in ctxs], **pull,
+    )
+    if models is not None:
+        for m, row in zip(models, w):
+            set_flat(m, row)
+    return [row.clone() for row in w]

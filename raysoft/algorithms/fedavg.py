@@ -22,7 +22,7 @@ from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
 from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
 from .common import (
-    evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection, weighted_average,
+    batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection, weighted_average,
 )
 
 
@@ -35,6 +35,10 @@ def _fedavg_train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, train_from(ctx, opt, payload["model"], t)
 
 
+def _fedavg_train_batched(ctxs: list[ClientContext], opts: list, payload: dict[str, Any], t: int):
+    return opts, batched_local_train(ctxs, None, opts, t, start=payload["model"])
+
+
 def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, evaluate_vector(ctx, payload["model"])
 
@@ -42,6 +46,7 @@ def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
 class FedAvg:
     name = "fedavg"
     client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate}
+    batched_ops = {"train": _fedavg_train_batched}
 
     def init_server(self, ctx: ServerContext) -> GlobalModel:
         return GlobalModel(get_flat(ctx.new_model("center", 0)))
@@ -78,6 +83,11 @@ def _local_train(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t
     return cs, None
 
 
+def _local_train_batched(ctxs: list[ClientContext], states: list[LocalClient], payload: dict[str, Any], t: int):
+    batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states], t)
+    return states, [None] * len(states)
+
+
 def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t: int):
     return cs, own_data_metrics(ctx, cs.model)
 
@@ -85,6 +95,7 @@ def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any]
 class Local:
     name = "local"
     client_ops = {"train": _local_train, "evaluate": _local_evaluate}
+    batched_ops = {"train": _local_train_batched}
 
     def init_server(self, ctx: ServerContext) -> dict:
         return {"d": get_flat(ctx.new_model("client_init")).numel()}

@@ -26,7 +26,7 @@ from ..params import Params, get_flat, mean, weighted_sum
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
 from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
-from .common import own_data_metrics
+from .common import batched_local_train, own_data_metrics
 
 
 # ----------------------------------------------------------------------------- pure sub-steps
@@ -118,6 +118,16 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
     return cs, get_flat(cs.model)
 
 
+def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient], payload: dict[str, Any], t: int):
+    """:func:`client_train` for several clients of one host at once (:mod:`raysoft.batched`)."""
+    ctx = ctxs[0]
+    lam, centers = payload["prox_weight"], payload["centers"]
+    u = torch.as_tensor(np.asarray(payload["u"])[[c.client for c in ctxs]], dtype=torch.float32)  # [C, S]
+    rows = batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states],
+                               pull_scale=lam * u.sum(dim=1), pull_target=lam * (u @ centers), t=t)
+    return states, rows
+
+
 def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
     """The local model's metrics on the client's own training data (as the paper evaluates)."""
     return cs, own_data_metrics(ctx, cs.model)
@@ -127,6 +137,7 @@ def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, An
 class FedSoft:
     name = "fedsoft"
     client_ops = {"estimate": client_estimate, "train": client_train, "evaluate": client_evaluate}
+    batched_ops = {"train": client_train_batched}
 
     def init_server(self, ctx: ServerContext) -> FedSoftState:
         a: FedSoftConfig = ctx.cfg.algorithm  # type: ignore[assignment]

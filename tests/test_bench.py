@@ -1,0 +1,96 @@
+"""raysoft bench: the workloads, the timing and memory arithmetic, and a quick end-to-end run."""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_rss_mb, workload_config
+from raysoft.config import parse_config
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_workload_is_a_valid_config(name, quick):
+    cfg = parse_config(workload_config(name, 4, quick))
+    if name == "W3":
+        assert cfg.algorithm.rounds == 4 * cfg.data.clients
+    else:
+        assert cfg.algorithm.rounds == 4 and cfg.algorithm.eval_every == 4
+    if not quick:  # the issue's reference sizes
+        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80}[name]
+    assert parse_config(workload_config("W3", 0)).algorithm.rounds == 200
+
+
+def test_round_stats_skip_the_warm_up_round():
+    sec, ups = round_stats([9.0, 2.0, 4.0, 3.0], [60, 60, 30, 60])
+    assert sec == 3.0  # median of 2, 4, 3
+    assert ups == pytest.approx(150 / 9.0)
+    assert round_stats([5.0], [10]) == (5.0, 2.0)
+    with pytest.raises(ValueError):
+        round_stats([], [])
+
+
+def test_tree_rss_counts_the_children():
+    code = "import time; b = bytearray(300 * 2**20); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        import os
+
+        alone = tree_rss_mb(proc.pid)
+        deadline = time.monotonic() + 20
+        while alone < 300 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alone = tree_rss_mb(proc.pid)
+        assert alone >= 300
+        assert tree_rss_mb(os.getpid()) > alone  # this process plus its child
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_markdown_gives_the_speed_up_of_raysoft():
+    table = pd.DataFrame([
+        {"workload": "W2", "system": "raysoft", "sec_per_round": 2.0, "updates_per_s": 30.0, "peak_rss_mb": 900.0,
+         "quality": 0.8, "quality_metric": "accuracy"},
+        {"workload": "W2", "system": "flower", "sec_per_round": 11.0, "updates_per_s": 5.5, "peak_rss_mb": 2000.0,
+         "quality": 0.8, "quality_metric": "accuracy"},
+    ])
+    text = markdown(table)
+    assert "| W2 | flower | 11.000 | 5.5 | 2000 | 0.8 (accuracy) | 5.50× |" in text
+    assert "| W2 | raysoft | 2.000 | 30.0 | 900 | 0.8 (accuracy) | – |" in text
+
+
+def test_an_unknown_workload_is_a_one_line_error():
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--workload", "W9", "--flower", "skip"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3)"]
+
+
+def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
+    """The smoke test of the benchmark (no timing assertions): every workload's systems run,
+    bench.parquet has the contract's columns, and raysoft's FedAvg reaches the bare loop's
+    accuracy (the same clients, selections, initial model and batch orders)."""
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--quick", "--flower", "skip", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == str(out.resolve())
+    table = pd.read_parquet(out / "bench.parquet")
+    assert list(table.columns) == COLUMNS
+    assert [tuple(r) for r in table[["workload", "system"]].values] == [
+        ("W1", "raysoft"), ("W1", "bare"), ("W2", "raysoft"), ("W2", "bare"), ("W3", "raysoft")]
+    assert (table["sec_per_round"] > 0).all() and (table["updates_per_s"] > 0).all()
+    assert (table["peak_rss_mb"] > 100).all()  # a Python process with torch at least
+    w2 = table[table["workload"] == "W2"].set_index("system")
+    assert w2.loc["raysoft", "updates_per_round"] == w2.loc["bare", "updates_per_round"] == 6
+    assert abs(w2.loc["raysoft", "quality"] - w2.loc["bare", "quality"]) < 0.02
+    w1 = table[table["workload"] == "W1"].set_index("system")
+    assert np.isfinite(w1["quality"]).all()
+    assert "| W2 | bare |" in (out / "bench.md").read_text()
