@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,8 @@ from .config import ConfigError, parse_config
 WORKLOADS = ("W1", "W2", "W3")
 SYSTEMS = {"W1": ("raysoft", "bare"), "W2": ("raysoft", "bare", "flower"), "W3": ("raysoft",)}
 DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0}  # W3: 0 = 200 uploads
-COLUMNS = ["workload", "system", "sec_per_round", "updates_per_s", "peak_rss_mb", "rounds", "updates_per_round",
+COLUMNS = ["workload", "system", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
+           "updates_per_round",
            "quality", "quality_metric", "total_s"]
 
 
@@ -103,32 +105,42 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss_mb(root: int) -> float:
-    """Sum of the resident memory of ``root`` and all its descendants, in MB (Linux /proc)."""
+def tree_memory_mb(root: int) -> tuple[float, float]:
+    """(RSS, PSS) of ``root`` and all its descendants, summed, in MB (Linux /proc). RSS counts a
+    page shared by several processes (torch's libraries, Ray's object store) once per process;
+    PSS splits it between them, so the PSS sum is the tree's real footprint."""
     kids = _children_map()
-    todo, total, page = [root], 0, os.sysconf("SC_PAGE_SIZE")
+    todo, rss, pss, page = [root], 0, 0, os.sysconf("SC_PAGE_SIZE")
     while todo:
         pid = todo.pop()
         todo.extend(kids.get(pid, []))
         try:
             with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * page
-        except OSError:
+                rss += int(f.read().split()[1]) * page
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss += next(int(ln.split()[1]) for ln in f if ln.startswith("Pss:")) * 1024
+        except (OSError, StopIteration):
             continue
-    return total / 2**20
+    return rss / 2**20, pss / 2**20
+
+
+def tree_rss_mb(root: int) -> float:
+    """Sum of the resident memory of ``root`` and all its descendants, in MB."""
+    return tree_memory_mb(root)[0]
 
 
 class PeakSampler:
-    """Samples :func:`tree_rss_mb` of a process every ``interval`` seconds in a thread."""
+    """Samples :func:`tree_memory_mb` of a process every ``interval`` seconds in a thread."""
 
     def __init__(self, pid: int, interval: float = 0.2) -> None:
-        self.pid, self.interval, self.peak = pid, interval, 0.0
+        self.pid, self.interval, self.peak, self.peak_pss = pid, interval, 0.0, 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_mb(self.pid))
+            rss, pss = tree_memory_mb(self.pid)
+            self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "PeakSampler":
@@ -354,22 +366,24 @@ def _worker(argv: list[str]) -> int:
     return 0
 
 
-def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None) -> tuple[dict[str, Any], float]:
+def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None) -> tuple[dict[str, Any], PeakSampler]:
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # always a fresh local Ray of the subprocess's own
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        # its own process group (Ray's processes join it): a timeout kills all of them
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
         with PeakSampler(proc.pid) as sampler:
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
                 raise RuntimeError(f"{label}: timed out after {timeout} s") from None
         if code != 0:
             err.seek(0)
             lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
             raise RuntimeError(f"{label}: exit {code}: {lines[-1] if lines else ''}")
-    return json.loads(out_json.read_text()), sampler.peak
+    return json.loads(out_json.read_text()), sampler
 
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
@@ -389,21 +403,26 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                     continue
                 from .flower_env import ensure_flower_venv, run_flower
 
-                flwr = run_flower(ensure_flower_venv(Path(flower)), export, res_path, num_actors=2, timeout=timeout)
-                peak = flwr["peak_rss_mb"]  # the script samples its own process tree the same way
+                own = tree_memory_mb(os.getpid())  # this process alone: no children now
+                with PeakSampler(os.getpid()) as sampler:  # this process plus Flower's tree
+                    flwr = run_flower(ensure_flower_venv(Path(flower)), export, res_path, num_actors=2,
+                                      timeout=timeout)
+                sampler.peak, sampler.peak_pss = sampler.peak - own[0], sampler.peak_pss - own[1]
                 res = {"sec_per_round_all": flwr["sec_per_round"], "quality": flwr["accuracy"],
                        "quality_metric": "accuracy", "total_s": flwr["total_s"],
                        "updates": [flwr["clients_per_round"]] * len(flwr["sec_per_round"])}
             else:
                 cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, w, str(r), "1" if quick else "0",
                        str(res_path)] + ([str(export)] if system == "bare" and w == "W2" else [])
-                res, peak = _measure(f"{w} {system}", cmd, res_path, timeout)
+                res, sampler = _measure(f"{w} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
             rows.append({"workload": w, "system": system, "sec_per_round": sec, "updates_per_s": ups,
-                         "peak_rss_mb": peak, "rounds": len(res["sec_per_round_all"]),
+                         "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
+                         "rounds": len(res["sec_per_round_all"]),
                          "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
                          "quality_metric": res["quality_metric"], "total_s": res["total_s"]})
-            print(f"{w} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak {peak:.0f} MB", file=sys.stderr)
+            print(f"{w} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak RSS {sampler.peak:.0f} MB, "
+                  f"PSS {sampler.peak_pss:.0f} MB", file=sys.stderr)
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".bench.parquet.tmp"
@@ -415,13 +434,13 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
 
 def markdown(table: "Any") -> str:
     """The bench table, with raysoft's speed-up over each other system of the same workload."""
-    lines = ["| workload | system | s / round | updates / s | peak RSS (MB) | quality | raysoft speed-up |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | system | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | raysoft speed-up |",
+             "|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")]["sec_per_round"]
         ratio = "–" if r["system"] == "raysoft" or ray.empty else f"{r['sec_per_round'] / float(ray.iloc[0]):.2f}×"
         lines.append(f"| {r['workload']} | {r['system']} | {r['sec_per_round']:.3f} | {r['updates_per_s']:.1f} | "
-                     f"{r['peak_rss_mb']:.0f} | {r['quality']:.4g} ({r['quality_metric']}) | {ratio} |")
+                     f"{r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {r['quality']:.4g} ({r['quality_metric']}) | {ratio} |")
     return "\n".join(lines) + "\n"
 
 

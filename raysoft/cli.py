@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from .config import ConfigError, load_config, load_raw
-from .engine import UpdateError
+from .errors import UpdateError
 
 
 class _Parser(argparse.ArgumentParser):

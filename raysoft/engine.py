@@ -22,6 +22,7 @@ import torch
 
 from .algorithms import ServerContext, get_algorithm
 from .config import STREAM_ALGORITHMS, Config
+from .errors import ClientFailure, UpdateError  # noqa: F401 - re-exported
 from .data import Federation
 from .evaluation import HEADLINE, LOWER_IS_BETTER, evaluate_centers, summarize
 from .models import build_model
@@ -50,14 +51,6 @@ def record_placement(recorder: Recorder, executor: Any) -> None:
     for actor, where in enumerate(getattr(executor, "placement", [])):
         for k in where["clients"]:
             recorder.add("placement", client=k, actor=actor, node_id=where["node_id"])
-
-
-class ClientFailure(RuntimeError):
-    """A client actor died; the coordinator recovers from the last checkpoint."""
-
-
-class UpdateError(RuntimeError):
-    """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
 
 
 def _finite(result: Any) -> bool:

@@ -144,4 +144,6 @@ def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | N
     else:  # pragma: no cover - the config schema rejects other names
         raise ValueError(f"unknown model {cfg.name!r}")
     _init(model, cfg.init, generator if generator is not None else torch.Generator().manual_seed(0))
+    if cfg.memory_format == "channels_last" and any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        model = model.to(memory_format=torch.channels_last)
     return model

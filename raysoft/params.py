@@ -18,7 +18,9 @@ ClusterId = int
 
 def get_flat(model: nn.Module) -> Params:
     """A detached copy of the model's parameters as one vector."""
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    # reshape, not parameters_to_vector's view: a channels_last weight is not contiguous; the
+    # vector is in the logical (C, H, W) order whatever the memory format
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
 def set_flat(model: nn.Module, vec: Params) -> None:

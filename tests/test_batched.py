@@ -103,3 +103,23 @@ def test_use_batched_by_model_and_mode():
     bn = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
     assert can_batch(bn) == "BatchNorm1d layers"
     assert not use_batched(TrainConfig(batched_clients="on"), "linear", bn)
+
+
+def test_a_channels_last_model_is_the_same_function_and_vector():
+    from raysoft.config import ModelConfig
+    from raysoft.models import DataInfo, build_model
+
+    info = DataInfo(input_dim=784, num_outputs=10, task="classification", input_shape=(1, 28, 28))
+    plain = build_model(ModelConfig(name="cnn", channels=[4, 8], hidden=16), info, torch.Generator().manual_seed(3))
+    fast = build_model(ModelConfig(name="cnn", channels=[4, 8], hidden=16, memory_format="channels_last"), info,
+                       torch.Generator().manual_seed(3))
+    assert fast.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert not fast.features[3].weight.is_contiguous()
+    assert torch.equal(get_flat(plain), get_flat(fast))  # the logical order, whatever the layout
+    x = torch.rand(5, 1, 28, 28)
+    torch.testing.assert_close(fast(x), plain(x), rtol=1e-5, atol=1e-5)
+    vec = torch.randn_like(get_flat(plain))
+    set_flat(fast, vec)
+    set_flat(plain, vec)
+    assert torch.equal(get_flat(fast), vec)
+    torch.testing.assert_close(fast(x), plain(x), rtol=1e-5, atol=1e-5)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_rss_mb, workload_config
+from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, tree_rss_mb, workload_config
 from raysoft.config import parse_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -49,6 +49,7 @@ def test_tree_rss_counts_the_children():
             alone = tree_rss_mb(proc.pid)
         assert alone >= 300
         assert tree_rss_mb(os.getpid()) > alone  # this process plus its child
+        assert tree_memory_mb(proc.pid)[1] >= 290  # its bytearray is private: all of it in PSS
     finally:
         proc.kill()
         proc.wait()
@@ -57,13 +58,13 @@ def test_tree_rss_counts_the_children():
 def test_markdown_gives_the_speed_up_of_raysoft():
     table = pd.DataFrame([
         {"workload": "W2", "system": "raysoft", "sec_per_round": 2.0, "updates_per_s": 30.0, "peak_rss_mb": 900.0,
-         "quality": 0.8, "quality_metric": "accuracy"},
+         "peak_pss_mb": 700.0, "quality": 0.8, "quality_metric": "accuracy"},
         {"workload": "W2", "system": "flower", "sec_per_round": 11.0, "updates_per_s": 5.5, "peak_rss_mb": 2000.0,
-         "quality": 0.8, "quality_metric": "accuracy"},
+         "peak_pss_mb": 1500.0, "quality": 0.8, "quality_metric": "accuracy"},
     ])
     text = markdown(table)
-    assert "| W2 | flower | 11.000 | 5.5 | 2000 | 0.8 (accuracy) | 5.50× |" in text
-    assert "| W2 | raysoft | 2.000 | 30.0 | 900 | 0.8 (accuracy) | – |" in text
+    assert "| W2 | flower | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× |" in text
+    assert "| W2 | raysoft | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – |" in text
 
 
 def test_an_unknown_workload_is_a_one_line_error():
@@ -88,6 +89,7 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
         ("W1", "raysoft"), ("W1", "bare"), ("W2", "raysoft"), ("W2", "bare"), ("W3", "raysoft")]
     assert (table["sec_per_round"] > 0).all() and (table["updates_per_s"] > 0).all()
     assert (table["peak_rss_mb"] > 100).all()  # a Python process with torch at least
+    assert (table["peak_pss_mb"] > 50).all() and (table["peak_pss_mb"] <= table["peak_rss_mb"]).all()
     w2 = table[table["workload"] == "W2"].set_index("system")
     assert w2.loc["raysoft", "updates_per_round"] == w2.loc["bare", "updates_per_round"] == 6
     assert abs(w2.loc["raysoft", "quality"] - w2.loc["bare", "quality"]) < 0.02

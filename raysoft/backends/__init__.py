@@ -15,6 +15,15 @@ from ..config import Config
 ProgressFn = Callable[[dict[str, Any]], None]
 
 
+def drive(advance: Callable[[], dict[str, Any]], on_progress: ProgressFn) -> None:
+    """Call ``advance`` (a coordinator's, local or remote) until the run is done."""
+    while True:
+        info = advance()
+        on_progress(info)
+        if info["done"]:
+            return
+
+
 def run_backend(cfg: Config, run_id: str, on_progress: ProgressFn, run_dir: str | None = None, resume: bool = False):
     """Run (or, with ``resume``, continue from ``run_dir``'s checkpoint) the experiment on the
     backend the config names."""

@@ -5,15 +5,7 @@ from __future__ import annotations
 from ..config import Config
 from ..engine import make_coordinator
 from ..host import ClientHost
-
-
-def drive(advance, on_progress) -> None:
-    """Call ``advance`` (a coordinator's, local or remote) until the run is done."""
-    while True:
-        info = advance()
-        on_progress(info)
-        if info["done"]:
-            return
+from . import drive
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):

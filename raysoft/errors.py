@@ -1,0 +1,9 @@
+"""Run-time errors of a run (torch-free, so that the driver need not import torch)."""
+
+
+class ClientFailure(RuntimeError):
+    """A client actor died; the coordinator recovers from the last checkpoint."""
+
+
+class UpdateError(RuntimeError):
+    """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
