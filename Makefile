@@ -11,7 +11,7 @@ CONFIG ?= jobs/fedsoft_synthetic.yaml
 run: install data
 	$(VENV)/bin/raysoft run $(CONFIG)
 
-test: install
+test: install data
 	$(PY) -m pytest -q
 
 install: $(STAMP)

@@ -1,5 +1,6 @@
 """raysoft bench: the workloads, the timing and memory arithmetic, and a quick end-to-end run."""
 
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,21 @@ from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory
 from raysoft.config import parse_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def write_learnable_fmnist(root, n_train=6000, n_test=2000, seed=0):
+    """Fashion-MNIST-shaped IDX files (the real on-disk format) of 10 noisy class templates, so
+    that the quick bench needs neither Debian's package nor a download."""
+    from test_images import write_idx
+
+    rng = np.random.default_rng(seed)
+    templates = rng.integers(0, 256, size=(10, 28, 28))
+    root.mkdir(parents=True, exist_ok=True)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        y = (np.arange(n) % 10).astype(np.uint8)
+        x = np.clip(0.6 * templates[y] + rng.integers(0, 100, size=(n, 28, 28)), 0, 255).astype(np.uint8)
+        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", x, gz=True)
+        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", y, gz=True)
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -79,8 +95,10 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     bench.parquet has the contract's columns, and raysoft's FedAvg reaches the bare loop's
     accuracy (the same clients, selections, initial model and batch orders)."""
     out = tmp_path / "bench"
+    write_learnable_fmnist(tmp_path / "fmnist")
+    env = {**os.environ, "RAYSOFT_DATA": str(tmp_path / "fmnist")}
     proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--quick", "--flower", "skip", "--out", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+                          capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == str(out.resolve())
     table = pd.read_parquet(out / "bench.parquet")

@@ -122,6 +122,22 @@ def test_nan_update_is_excluded_and_reported(tmp_path):
     assert np.isfinite(r.metrics.value).all()  # never averaged into a center
 
 
+@pytest.mark.parametrize("values, finite", [
+    ([1.0, -2.0, 3.0], True),
+    ([3e38, 3e38], True),  # the sum overflows to inf, every value is finite
+    ([1.0, float("nan")], False),
+    ([float("inf"), -1.0], False),
+    ([float("inf"), float("-inf")], False),  # the sum is NaN
+])
+def test_finite_check_of_updates(values, finite):
+    from raysoft.engine import _finite
+
+    t = torch.tensor(values, dtype=torch.float32)
+    assert _finite(t) is finite
+    assert _finite(t.numpy()) is finite
+    assert _finite({"model": t, "loss": [1.0]}) is finite
+
+
 def test_nan_update_stops_the_run_by_default(tmp_path):
     cfg = _cfg(faults=[{"kind": "nan_update", "at_round": 1, "client": 2}], algorithm={"clients_per_round": 10})
     with pytest.raises(UpdateError, match="round 1: client 2 returned a non-finite update"):
