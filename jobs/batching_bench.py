@@ -4,8 +4,8 @@ auto` (README, Performance).
 
     .venv/bin/python jobs/batching_bench.py [--repeats 3]
 
-For W1's linear regression (FedSoft, 50 clients: one actor's block of 100 on 2 actors) and W2's
-CNN (FedAvg, 10 and 30 clients), it times one `train` call of the host with
+For W1's linear regression (FedSoft, 50 clients: one actor's block of 100 on 2 actors; and 10)
+and W2's CNN (FedAvg, 10 clients), it times one `train` call of the host with
 `batched_clients: on` and `off` (best of ``--repeats``, after a warm-up call) and prints a
 Markdown table.
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import time
+
+import numpy as np
 
 from raysoft.bench import workload_config
 from raysoft.config import parse_config
@@ -28,8 +30,6 @@ def time_call(workload: str, clients: int, mode: str, repeats: int) -> float:
     host = ClientHost(cfg, list(range(clients)))
     ids = list(range(clients))
     if workload == "W1":  # FedSoft: the clients' proximal training towards S centers
-        import numpy as np
-
         centers = get_flat(host.scratch).repeat(cfg.data.distributions, 1)
         u = np.full((clients, cfg.data.distributions), 1.0 / cfg.data.distributions)
         payload = {"centers": centers, "u": u, "prox_weight": 1.0}
@@ -48,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     print("| workload | model | clients | loop (s) | batched (s) | batched speed-up |")
     print("|---|---|---|---|---|---|")
     for workload, model, clients in (("W1", "linear", 50), ("W1", "linear", 10), ("W2", "cnn", 10)):

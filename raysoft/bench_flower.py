@@ -1,7 +1,7 @@
 """FedAvg with Flower's Ray simulation: the Flower side of the seconds-per-round benchmark.
 
 A standalone script for the Flower venv (see ``raysoft/flower_env.py``): it imports only the
-standard library, numpy, torch, flwr and psutil (optional), never ``raysoft``.
+standard library, numpy, torch and flwr, never ``raysoft``.
 
     <flower-venv>/bin/python raysoft/bench_flower.py --data W2.npz --out result.json [--num-actors 2]
 
@@ -23,10 +23,8 @@ Timing: a round's seconds run from the start of ``configure_train`` of round r t
 ``aggregate_train`` of round r (sending the global model to the K clients, their training in
 the actor pool, collecting the replies, FedAvg). ``total_s`` is the wall clock from just before
 Ray starts to the end of the final test evaluation (Ray start-up, actor start, the node
-discovery, all rounds, Ray shutdown, the test evaluation). ``peak_rss_mb`` is the largest sum of
-RSS over this process and all its descendants (Ray's gcs_server, raylet, workers, ...), sampled
-every 0.2 s; pages shared between processes (torch's libraries, Ray's object store) count
-in every process that maps them, so the sum overstates the memory actually used.
+discovery, all rounds, Ray shutdown, the test evaluation). Memory is measured from outside, by
+``raysoft bench``, over this process and all its descendants.
 
 Output: a JSON file (``--out``) and its path as the last line of stdout; any failure exits 1
 with a one-line error as the last line of stderr.
@@ -40,7 +38,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -63,11 +60,6 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402
-
-try:
-    import psutil  # noqa: E402
-except ImportError:  # pragma: no cover - the Flower venv installs it
-    psutil = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,81 +303,6 @@ def make_server_app(spec: dict, data_path: Path, out: dict) -> ServerApp:
 
 
 # --------------------------------------------------------------------------------------------
-# memory of the process tree
-
-
-def _children_proc(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    kids.extend(int(c) for c in f.read().split())
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return kids
-
-
-def _rss_proc(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """RSS summed over ``pid`` and all its descendants."""
-    if psutil is not None:
-        try:
-            root = psutil.Process(pid)
-            procs = [root] + root.children(recursive=True)
-        except psutil.Error:
-            return 0
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-    total, stack, seen = 0, [pid], set()
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _rss_proc(p)
-        stack.extend(_children_proc(p))
-    return total
-
-
-class PeakRSS(threading.Thread):
-    def __init__(self, interval: float = 0.2) -> None:
-        super().__init__(daemon=True, name="peak-rss")
-        self.interval = interval
-        self.peak = 0
-        self._stop_event = threading.Event()
-        self.pid = os.getpid()
-
-    def run(self) -> None:
-        while True:
-            self.peak = max(self.peak, tree_rss_bytes(self.pid))
-            if self._stop_event.wait(self.interval):
-                return
-
-    def stop(self) -> float:
-        self._stop_event.set()
-        self.join()
-        return self.peak / 2**20
-
-
-# --------------------------------------------------------------------------------------------
 
 
 def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
@@ -393,8 +310,6 @@ def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
         raise ValueError("--num-actors must be at least 1")
     spec = load_spec(data_path)
     initial_model(spec)  # check the init arrays against the model before starting anything
-    sampler = PeakRSS(0.2)
-    sampler.start()
     t0 = time.perf_counter()
     out: dict = {}
     backend_config = {
@@ -409,16 +324,13 @@ def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
         },
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
     }
-    try:
-        run_simulation(
-            server_app=make_server_app(spec, data_path, out),
-            client_app=client_app,
-            num_supernodes=spec["num_clients"],
-            backend_name="ray",
-            backend_config=backend_config,
-        )
-    finally:
-        peak_mb = sampler.stop()
+    run_simulation(
+        server_app=make_server_app(spec, data_path, out),
+        client_app=client_app,
+        num_supernodes=spec["num_clients"],
+        backend_name="ray",
+        backend_config=backend_config,
+    )
     if "arrays" not in out or out["arrays"] is None:
         raise RuntimeError("the Flower simulation ended without a final global model")
     rounds, k = spec["selection"].shape
@@ -433,7 +345,6 @@ def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
         "flwr_version": importlib.metadata.version("flwr"),
         "ray_version": importlib.metadata.version("ray"),
         "sec_per_round": [float(t) for t in out["round_times"]],
-        "peak_rss_mb": float(peak_mb),
         "accuracy": float(acc),
         "rounds": int(rounds),
         "clients_per_round": int(k),

@@ -38,7 +38,6 @@ FLOWER_REQUIREMENTS: list[str] = [
     f"flwr[simulation]=={FLOWER_VERSION}",
     _torch_requirement(),
     "numpy",
-    "psutil",
 ]
 
 
