@@ -1,0 +1,156 @@
+"""Where a W2 round's time and memory go (README, Performance): the figures behind the analysis.
+
+    .venv/bin/python jobs/w2_anatomy.py
+
+Prints, for W2 of `raysoft bench` (FedAvg, the 32/64/512 CNN, batch 32, 60 of 100 clients):
+1. FLOP of one training step per sample (``torch.utils.flop_counter``) and the samples trained
+   in rounds 0-5, hence the GFLOP of a round;
+2. this machine's fp32 matrix-multiply rate on 1 and 2 threads, hence the floor of a round;
+3. the CNN's training rate at batch 32, 64 and 128 on one thread;
+4. ms per step: one single-thread process alone, two at once, one process with two threads;
+5. the split of each round's selected clients (and their steps) between the two actors' blocks;
+6. per-process PSS at the peak of a 3-round raysoft run (driver, coordinator, actors, Ray).
+Random inputs are used for 1-4 (the step's cost does not depend on the pixel values much;
+max-pooling is the exception, see the README).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from raysoft.algorithms.common import uniform_selection
+from raysoft.bench import _children_map, workload_config
+from raysoft.config import parse_config
+from raysoft.data import Federation
+from raysoft.models import DataInfo, build_model
+from raysoft.rng import numpy_rng
+
+INFO = DataInfo(784, 10, "classification", (1, 28, 28))
+
+
+def step_fn(batch: int):
+    cfg = parse_config(workload_config("W2", 1))
+    model = build_model(cfg.model, INFO)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(batch, 1, 28, 28, generator=gen), torch.randint(0, 10, (batch,), generator=gen)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def seconds_per_step(batch: int, steps: int) -> float:
+    step = step_fn(batch)
+    for _ in range(3):
+        step()
+    began = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - began) / steps
+
+
+def _child(threads: int, steps: int) -> str:
+    code = (f"import torch; torch.set_num_threads({threads}); import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"from w2_anatomy import seconds_per_step; print(seconds_per_step(32, {steps}))")
+    return code
+
+
+def concurrent_ms(procs: list[int], steps: int = 100) -> list[float]:
+    """ms per step of len(procs) processes started together (procs[i] = torch threads of i)."""
+    running = [subprocess.Popen([sys.executable, "-c", _child(t, steps)], stdout=subprocess.PIPE, text=True)
+               for t in procs]
+    return [1000 * float(p.communicate()[0].split()[-1]) for p in running]
+
+
+def pss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("Pss:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def name_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ").strip()[:50]
+    except OSError:
+        return "?"
+
+
+def per_process_peak() -> tuple[float, list[tuple[float, str]]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen([sys.executable, "-m", "raysoft.bench", "--worker", "raysoft", "W2", "3", "0",
+                                 str(Path(tmp) / "res.json")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        best, snapshot = 0.0, []
+        while proc.poll() is None:
+            kids, todo, rows = _children_map(), [proc.pid], []
+            while todo:
+                pid = todo.pop()
+                todo.extend(kids.get(pid, []))
+                rows.append((pss_mb(pid), name_of(pid)))
+            total = sum(r[0] for r in rows)
+            if total > best:
+                best, snapshot = total, rows
+            time.sleep(0.3)
+    return best, sorted(snapshot, reverse=True)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    step = step_fn(32)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    per_sample = counter.get_total_flops() / 32
+    cfg = parse_config(workload_config("W2", 6))
+    sizes = np.asarray(Federation(cfg.data, cfg.seed).sizes)
+    print(f"1. {per_sample / 1e6:.1f} MFLOP per trained sample")
+    blocks = []
+    for t in range(6):
+        sel = uniform_selection(cfg.data.clients, cfg.algorithm.clients_per_round, numpy_rng(cfg.seed, "select", t))
+        half = cfg.data.clients // 2
+        steps = [int(sum(np.ceil(sizes[k] / 32) for k in sel if (k >= half) == side)) for side in (False, True)]
+        clients = [int(sum((k >= half) == side for k in sel)) for side in (False, True)]
+        blocks.append((t, int(sizes[sel].sum()), clients, steps, max(steps) / (sum(steps) / 2) - 1))
+    samples = np.mean([b[1] for b in blocks])
+    print(f"   round samples {[b[1] for b in blocks]} -> {samples * per_sample / 1e9:.0f} GFLOP a round")
+    rates = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+        a @ b
+        began = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        rates[threads] = 2 * 2048**3 * 10 / (time.perf_counter() - began) / 1e9
+    torch.set_num_threads(1)
+    print(f"2. matmul {rates[1]:.1f} GFLOP/s (1 thread), {rates[2]:.1f} (2 threads) -> floor "
+          f"{samples * per_sample / 1e9 / rates[2]:.2f} s a round")
+    for batch in (32, 64, 128):
+        sec = seconds_per_step(batch, max(10, 1600 // batch))
+        print(f"3. batch {batch}: {per_sample * batch / sec / 1e9:.1f} GFLOP/s on one thread")
+    print(f"4. ms per step: one 1-thread process alone {concurrent_ms([1])[0]:.1f}; two 1-thread processes at once "
+          f"{', '.join(f'{v:.1f}' for v in concurrent_ms([1, 1]))}; one 2-thread process {concurrent_ms([2])[0]:.1f}")
+    for t, _, clients, steps, over in blocks:
+        print(f"5. round {t}: clients per actor {clients}, steps {steps}, busier actor +{100 * over:.0f}% over the mean")
+    total, rows = per_process_peak()
+    print(f"6. peak PSS of a 3-round raysoft W2 run: {total:.0f} MB; the largest processes:")
+    for mb, name in rows[:6]:
+        print(f"   {mb:7.0f} MB  {name}")
+
+
+if __name__ == "__main__":
+    main()
