@@ -339,6 +339,11 @@ class RayConfig(Section):
         None, gt=0.0, description="seconds a client call may take; the updates of later actors are "
         "dropped and counted (results then depend on timing)"
     )
+    reduce_in_actors: bool = Field(
+        True, description="weighted means of client updates (FedAvg) are summed inside the client "
+        "actors, in client-id order along the chain of actors, one vector per actor to the "
+        "coordinator; false: every update travels to the coordinator. The same numbers either way"
+    )
 
     @model_validator(mode="after")
     def _deadline_needs_ray(self) -> "RayConfig":

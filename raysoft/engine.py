@@ -20,12 +20,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .algorithms import ServerContext, get_algorithm
+from .algorithms import ClientCall, Reduced, ServerContext, get_algorithm
 from .config import STREAM_ALGORITHMS, Config
 from .errors import ClientFailure, UpdateError  # noqa: F401 - re-exported
 from .data import Federation
 from .evaluation import HEADLINE, LOWER_IS_BETTER, evaluate_centers, summarize
 from .models import build_model
+from .params import weighted_sum
 from .results import Recorder, write_tables
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,12 @@ CHECKPOINT = "checkpoint.pt"
 
 class Executor(Protocol):
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]: ...
+
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int]) -> dict[int, bool]:
+        ...  # run op, keep the results where they ran (``poison``: fill those with NaN); {client: finite}
+
+    def accumulate(self, coefficients: dict[int, float]) -> torch.Tensor:
+        ...  # sum_k c_k r_k of the kept results, added in client-id order; drops what was kept
 
     def get_states(self) -> dict[int, Any]: ...
 
@@ -276,17 +283,44 @@ class Coordinator:
                 self._event("fault_injected", f"kill actor {f.actor}", actor=f.actor)
                 self.executor.kill(f.actor)
 
-    def _check_updates(self, op: str, results: dict[int, Any], t: int) -> dict[int, Any]:
-        """Apply injected NaN faults, then report (and exclude, or stop on) non-finite updates."""
-        for f in self.cfg.faults:
-            if f.kind == "nan_update" and f.at_round == t and f.client in results and op == "train":
-                results[f.client] = _poison(results[f.client])
-        bad = [k for k in sorted(results) if not _finite(results[k])]
+    def _poisoned(self, op: str, t: int) -> list[int]:
+        """The clients whose update of this call an injected fault turns into NaN."""
+        return [f.client for f in self.cfg.faults if f.kind == "nan_update" and f.at_round == t and op == "train"]
+
+    def _report_bad(self, op: str, bad: list[int], t: int) -> None:
         for k in bad:
             self._event("nan_update", f"op {op}: non-finite update", client=k)
         if bad and self.cfg.train.nan_policy == "stop":
             raise UpdateError(f"round {t}: client {bad[0]} returned a non-finite update (train.nan_policy: stop)")
+
+    def _report_late(self, op: str) -> None:
+        for k in getattr(self.executor, "late", []):
+            self._event("late_update", f"op {op}: missed the round deadline", client=k)
+
+    def _check_updates(self, op: str, results: dict[int, Any], t: int) -> dict[int, Any]:
+        """Apply injected NaN faults, then report (and exclude, or stop on) non-finite updates."""
+        for k in self._poisoned(op, t):
+            if k in results:
+                results[k] = _poison(results[k])
+        bad = [k for k in sorted(results) if not _finite(results[k])]
+        self._report_bad(op, bad, t)
         return {k: v for k, v in results.items() if k not in bad}
+
+    def _reduced_call(self, call: ClientCall, t: int) -> Reduced:
+        """A call whose results are reduced (a weighted mean): summed in the client actors when
+        the executor can (only finiteness flags and one vector per actor travel), else here;
+        the same sum in the same client-id order either way."""
+        if self.cfg.ray.reduce_in_actors:
+            flags = self.executor.keep(call.op, call.clients, call.payload, t, self._poisoned(call.op, t))
+            self._report_late(call.op)
+            self._report_bad(call.op, [k for k in sorted(flags) if not flags[k]], t)
+            good = sorted(k for k, ok in flags.items() if ok)
+            return Reduced(self.executor.accumulate(call.reduce.coefficients(good)) if good else None, good)
+        results = self.executor.call(call.op, call.clients, call.payload, t)
+        self._report_late(call.op)
+        results = self._check_updates(call.op, results, t)
+        coef = call.reduce.coefficients(list(results))
+        return Reduced(weighted_sum([results[k] for k in coef], list(coef.values())) if coef else None, list(coef))
 
     def run_round(self) -> dict[str, Any]:
         """Run one round; evaluate when it is due. Returns progress information."""
@@ -295,9 +329,11 @@ class Coordinator:
         try:
             call = next(gen)
             while True:
+                if call.reduce is not None:
+                    call = gen.send(self._reduced_call(call, t))
+                    continue
                 results = self.executor.call(call.op, call.clients, call.payload, t)
-                for k in getattr(self.executor, "late", []):
-                    self._event("late_update", f"op {call.op}: missed the round deadline", client=k)
+                self._report_late(call.op)
                 results = self._check_updates(call.op, results, t)
                 call = gen.send(results)
         except StopIteration as stop:

@@ -67,6 +67,7 @@ class ClientHost:
         fed = Federation(cfg.data, cfg.seed)
         self.contexts: dict[int, ClientContext] = {}
         self.states: dict[int, Any] = {}
+        self.kept: dict[int, Any] = {}  # results held for accumulate()
         self.fed = fed
         self.scratch = build_model(cfg.model, fed.info).to(self.device)  # shared: ops never keep it
         with torch_threads(client_threads(cfg)):
@@ -129,6 +130,32 @@ class ClientHost:
             raise ClientFailure("the in-process client host was killed")
         with torch_threads(client_threads(self.cfg)):
             return self._call(op, client_ids, payload, t)
+
+    def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+             poison: Iterable[int] = ()) -> dict[int, bool]:
+        """Run ``op`` and keep the results here for :meth:`accumulate` (those of ``poison``
+        filled with NaN: fault injection); return which results are finite."""
+        from .engine import _finite, _poison
+
+        results = self.call(op, client_ids, payload, t)
+        for k in poison:
+            if k in results:
+                results[k] = _poison(results[k])
+        self.kept = results
+        return {k: _finite(r) for k, r in results.items()}
+
+    def accumulate(self, coefficients: dict[int, float], acc: torch.Tensor | None = None) -> torch.Tensor:
+        """``acc`` + sum_k c_k r_k over the kept results, added in client-id order after ``acc``
+        (zeros if None: the start of the chain), as ``params.weighted_sum`` adds; then drops
+        the kept results."""
+        kept, self.kept = self.kept, {}
+        for k in sorted(coefficients):
+            if acc is None:
+                acc = torch.zeros_like(kept[k])
+            acc.add_(kept[k], alpha=float(coefficients[k]))
+        if acc is None:
+            raise ValueError("accumulate: no coefficients and nothing to add to")
+        return acc
 
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected

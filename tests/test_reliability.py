@@ -156,3 +156,37 @@ def test_round_deadline_drops_and_counts_a_stragglers_updates(ray_session, tmp_p
     assert len(late) > 0 and late.step.min() >= 2
     assert set(late.client) <= set(range(5, 10))  # the straggler's actor hosts clients 5..9
     assert np.isfinite(r.metrics.value).all() and r.summary["rounds"] == 4
+
+
+@pytest.mark.ray
+def test_a_nan_update_is_left_out_of_a_mean_summed_in_the_actors(ray_session, tmp_path):
+    # FedAvg's mean is summed in the client actors: the NaN is found there, reported, and the
+    # mean over the other clients is the coordinator's, to the bit
+    algo = {"name": "fedavg", "clients_per_round": 10, "eval_every": 1}
+    fault = [{"kind": "nan_update", "at_round": 2, "client": 3}]
+    here = raysoft.run(_cfg(algorithm=algo, faults=fault, train={"nan_policy": "exclude"},
+                            ray={"reduce_in_actors": False}), out=tmp_path)
+    there = raysoft.run(_cfg(algorithm=algo, faults=fault, train={"nan_policy": "exclude"},
+                             ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5}), out=tmp_path)
+    for r in (here, there):
+        ev = pd.read_parquet(r.run_dir / "events.parquet")
+        assert ev[ev.kind == "nan_update"][["step", "client"]].values.tolist() == [[2, 3]]
+    m_here, m_there = (r.metrics.drop(columns=["run_id", "time_s"]) for r in (here, there))
+    assert np.isfinite(m_there.value).all()
+    pd.testing.assert_frame_equal(m_there, m_here, check_exact=True)
+    with pytest.raises(UpdateError, match="round 2: client 3 returned a non-finite update"):
+        raysoft.run(_cfg(algorithm=algo, faults=fault, ray={"backend": "ray", "clients_per_actor": 5,
+                                                            "num_cpus_per_actor": 0.5}), out=tmp_path)
+
+
+@pytest.mark.ray
+def test_round_deadline_with_a_mean_summed_in_the_actors(ray_session, tmp_path):
+    cfg = _cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5, "round_deadline_s": 0.3},
+               algorithm={"name": "fedavg", "clients_per_round": 10, "rounds": 4},
+               faults=[{"kind": "slow_client", "at_round": 2, "client": 7, "factor": 3000.0}])
+    r = raysoft.run(cfg, out=tmp_path)
+    ev = pd.read_parquet(r.run_dir / "events.parquet")
+    late = ev[ev.kind == "late_update"]
+    assert len(late) > 0 and late.step.min() >= 2
+    assert set(late.client) <= set(range(5, 10))
+    assert np.isfinite(r.metrics.value).all() and r.summary["rounds"] == 4

@@ -2,10 +2,14 @@
 backends and packings, and the Ray backend's actor pool."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 import raysoft
@@ -162,3 +166,62 @@ def test_plan_actors_sizes_the_pool_node_by_node():
     assert len(plan_actors(10, RayConfig(), [{"CPU": 1.5}, {"CPU": 1.5}])) == 2
     # a head without CPUs hosts none
     assert len(plan_actors(10, RayConfig(), [{"CPU": 0.0}, {"CPU": 2.0}])) == 2
+
+
+@pytest.mark.ray
+def test_fedavg_means_summed_in_the_actors_equal_the_coordinators_on_every_packing(ray_session, tmp_path):
+    # the chain of actors adds the clients' terms in client-id order: the same floats as the
+    # coordinator's weighted_average over every update
+    algo = {"name": "fedavg", "rounds": 4, "clients_per_round": 6, "eval_every": 1}
+    ref = raysoft.run(small_config(algorithm=algo, ray={"reduce_in_actors": False}), out=tmp_path)
+    ref_m = ref.metrics.drop(columns=["run_id", "time_s"])
+    assert ref_m.value.nunique() > 4  # the model moves: a real comparison
+    for ray_cfg in ({}, {"backend": "ray", "clients_per_actor": 1, "num_cpus_per_actor": 0.1},
+                    {"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1},
+                    {"backend": "ray", "clients_per_actor": 10, "num_cpus_per_actor": 0.1},
+                    {"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1, "reduce_in_actors": False}):
+        m = raysoft.run(small_config(algorithm=algo, ray=ray_cfg), out=tmp_path).metrics
+        pd.testing.assert_frame_equal(m.drop(columns=["run_id", "time_s"]), ref_m, check_exact=True)
+
+
+def test_the_chain_adds_in_client_id_order_like_weighted_sum():
+    from raysoft.algorithms import WeightedMean
+    from raysoft.algorithms.common import weighted_average
+    from raysoft.host import ClientHost
+
+    sizes = np.array([3, 1, 4, 1, 5])
+    gen = torch.Generator().manual_seed(0)
+    updates = {k: torch.randn(50, generator=gen) * 10.0 ** k for k in range(5)}  # rounding depends on order
+    coef = WeightedMean(sizes).coefficients([0, 2, 3, 4])
+    assert coef == pytest.approx({0: 3 / 13, 2: 4 / 13, 3: 1 / 13, 4: 5 / 13})
+    want = weighted_average({k: updates[k] for k in coef}, sizes)
+    first, second = ClientHost.__new__(ClientHost), ClientHost.__new__(ClientHost)
+    first.kept = {k: updates[k] for k in (0, 1, 2)}
+    second.kept = {k: updates[k] for k in (3, 4)}
+    acc = first.accumulate({k: c for k, c in coef.items() if k < 3})
+    got = second.accumulate({k: c for k, c in coef.items() if k >= 3}, acc)
+    assert torch.equal(got, want)
+    backwards = sum(updates[k] * c for k, c in reversed(coef.items()))
+    assert not torch.equal(backwards, want)  # another order would round differently
+    assert first.kept == {} and second.kept == {}  # dropped once summed
+
+
+def test_matrix_products_do_not_depend_on_memory_alignment():
+    # MKL rounds sgemm differently with the inputs' alignment unless MKL_CBWR asks for strict
+    # reproducibility; importing raysoft sets it (a fresh process: MKL reads it once)
+    code = """
+import raysoft, torch
+torch.set_num_threads(1)
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(200, 60, generator=g), torch.randn(60, 1, generator=g)
+ref, same = x @ w, []
+for off in range(1, 16):
+    buf = torch.empty(200 * 60 + off)
+    shifted = buf[off:].view(200, 60)
+    shifted.copy_(x)
+    same.append(torch.equal(shifted @ w, ref))
+print(sum(same))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "MKL_CBWR"})
+    assert out.stdout.split()[-1] == "15"

@@ -7,7 +7,9 @@ An algorithm is a module of pure functions plus one object that wires them:
   It yields :class:`ClientCall` requests (an operation, the clients that run it, and one
   payload broadcast to all of them), receives ``{client_id: result}`` for each, and finally
   returns ``(new_state, diagnostics)``. The backend decides where and how the calls run; the
-  algorithm never knows about Ray;
+  algorithm never knows about Ray. A call with ``reduce`` (a :class:`WeightedMean`) receives
+  a :class:`Reduced` instead: the weighted mean of the finite results, which a backend may
+  accumulate where the clients run (``ray.reduce_in_actors``), one vector per actor;
 * ``client_ops``: the client half, ``op(ctx, client_state, payload, t) -> (client_state, result)``;
 * ``centers(state)`` (models evaluated on the holdout sets) and ``weights(state)``
   (each client's importance / mixture weights over the centers, or ``None``);
@@ -34,12 +36,37 @@ from ..rng import torch_generator
 
 
 @dataclass(frozen=True)
+class WeightedMean:
+    """sum_k n_k r_k / sum_k n_k over the clients whose result r_k is finite, with
+    n = ``sizes``, accumulated in client-id order (:func:`~raysoft.params.weighted_sum`):
+    the same number wherever it is summed."""
+
+    sizes: np.ndarray
+
+    def coefficients(self, ids: list[int]) -> dict[int, float]:
+        """n_k / sum n over ``ids`` (ascending), the weights ``weighted_sum`` applies."""
+        total = float(sum(self.sizes[k] for k in ids))
+        return {k: float(self.sizes[k] / total) for k in sorted(ids)}
+
+
+@dataclass
+class Reduced:
+    """What a call with ``reduce`` returns: the reduced vector (None when no result was
+    finite) and the clients whose results are in it, ascending."""
+
+    vector: torch.Tensor | None
+    clients: list[int]
+
+
+@dataclass(frozen=True)
 class ClientCall:
-    """Ask ``clients`` to run client op ``op`` with the broadcast ``payload``."""
+    """Ask ``clients`` to run client op ``op`` with the broadcast ``payload``; with ``reduce``,
+    return only the reduction of their results."""
 
     op: str
     clients: list[int]
     payload: dict[str, Any] = field(default_factory=dict)
+    reduce: WeightedMean | None = None
 
 
 @dataclass

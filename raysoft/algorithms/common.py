@@ -12,7 +12,7 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat, weighted_sum
 from ..rng import numpy_rng
 from ..training import evaluate, make_optimizer, model_losses, proximal_train
-from .base import ClientContext
+from .base import ClientContext, WeightedMean
 
 
 def uniform_selection(num_clients: int, k: int, rng: np.random.Generator) -> list[int]:
@@ -22,9 +22,8 @@ def uniform_selection(num_clients: int, k: int, rng: np.random.Generator) -> lis
 
 def weighted_average(models: dict[int, Params], sizes: np.ndarray) -> Params:
     """sum_k n_k w_k / sum_k n_k over the clients in ``models`` (in id order)."""
-    ids = sorted(models)
-    total = float(sum(sizes[k] for k in ids))
-    return weighted_sum([models[k] for k in ids], [sizes[k] / total for k in ids])
+    coef = WeightedMean(sizes).coefficients(list(models))
+    return weighted_sum([models[k] for k in coef], list(coef.values()))
 
 
 def scratch_optimizer(ctx: ClientContext) -> Adam | SGD:

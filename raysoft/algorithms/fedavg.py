@@ -20,9 +20,9 @@ from ..optim import SGD, Adam
 from ..params import get_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
-from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, RoundGenerator, ServerContext, WeightedMean
 from .common import (
-    batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection, weighted_average,
+    batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection,
 )
 
 
@@ -57,9 +57,9 @@ class FedAvg:
     def round(self, ctx: ServerContext, state: GlobalModel, t: int) -> RoundGenerator:
         selected = uniform_selection(ctx.num_clients, ctx.cfg.algorithm.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
-        models = yield ClientCall("train", selected, {"model": state.model})
-        model = weighted_average(models, ctx.sizes) if models else state.model
-        return GlobalModel(model), {"trained": len(models)}
+        res = yield ClientCall("train", selected, {"model": state.model}, reduce=WeightedMean(ctx.sizes))
+        model = res.vector if res.clients else state.model
+        return GlobalModel(model), {"trained": len(res.clients)}
 
     def centers(self, state: GlobalModel) -> torch.Tensor:
         return state.model[None, :]
