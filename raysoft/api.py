@@ -68,24 +68,21 @@ def _with_overrides(cfg: Config, out: str | Path | None, address: str | None) ->
 
 def check_data(cfg: Config) -> Config:
     """Fail before anything starts if the dataset's files are missing or the model does not fit
-    the data; pin the resolved data
-    folder into the config so that workers on other nodes do not depend on this environment."""
-    from .data import Federation
-    from .data.images import MissingDataError
-    from .models import build_model
+    the data; pin the resolved data folder into the config so that workers on other nodes do
+    not depend on this environment. Imports neither torch nor torchvision (the driver of a Ray
+    run then never does)."""
+    from .datafiles import IMAGE_DATASETS, MissingDataError, check_files, data_kind, default_root, model_misfit
 
-    try:
-        fed = Federation(cfg.data, cfg.seed)
-        gen = fed._gen
-        if hasattr(gen, "check_files"):
-            gen.check_files()
-    except MissingDataError as err:
-        raise ConfigError(f"data: {err}") from None
-    try:
-        build_model(cfg.model, fed.info)
-    except ValueError as err:
-        raise ConfigError(f"model.name: {err}") from None
-    root = getattr(gen, "root", None)
+    root = None
+    if cfg.data.name in IMAGE_DATASETS:
+        try:
+            root = default_root(cfg.data.name, cfg.data.root)
+            check_files(cfg.data.name, root)
+        except MissingDataError as err:
+            raise ConfigError(f"data: {err}") from None
+    why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
+    if why is not None:
+        raise ConfigError(f"model.name: {why}")
     if root is not None and cfg.data.root != root:
         cfg = parse_config({**cfg.to_dict(), "data": {**cfg.to_dict()["data"], "root": root}})
     return cfg

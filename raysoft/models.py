@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
+from .datafiles import model_misfit
 
 
 @dataclass(frozen=True)
@@ -125,16 +126,15 @@ def _init(model: nn.Module, how: str, generator: torch.Generator) -> None:
 
 def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | None = None) -> nn.Module:
     """A freshly initialised model; the same generator state gives the same weights."""
-    if (cfg.name == "linear") != (info.task == "regression"):
-        raise ValueError(f"model {cfg.name!r} does not fit a {info.task} task")
+    why = model_misfit(cfg.name, info.task, info.input_shape)
+    if why is not None:
+        raise ValueError(why)
     model: nn.Module
     if cfg.name == "linear":
         model = LinearRegression(info.input_dim)
     elif cfg.name == "logistic":
         model = Logistic(info.input_dim, info.num_outputs)
     elif cfg.name in ("cnn", "cifar_cnn", "resnet18"):
-        if len(info.input_shape) != 3:
-            raise ValueError(f"model {cfg.name!r} needs image data")
         if cfg.name == "cnn":
             model = ConvNet(info.input_shape, info.num_outputs, tuple(cfg.channels), cfg.hidden)
         elif cfg.name == "cifar_cnn":

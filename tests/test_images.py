@@ -13,6 +13,8 @@ import io
 import os
 import pickle
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -319,6 +321,38 @@ def test_missing_cifar_is_a_one_line_missing_data_error(tmp_path, classes, folde
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith(f"cifar{classes}: expected")
     assert os.path.join(str(tmp_path), folder) in msg
+
+
+def test_the_torch_free_cifar_file_lists_are_torchvisions():
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    from raysoft.datafiles import CIFAR_FILES, CIFAR_FOLDERS
+
+    for classes, official in ((10, CIFAR10), (100, CIFAR100)):
+        assert CIFAR_FOLDERS[classes] == official.base_folder
+        names = [f for f, _ in official.train_list + official.test_list] + [official.meta["filename"]]
+        assert list(CIFAR_FILES[classes]) == names
+
+
+def test_checking_a_runs_input_imports_neither_torch_nor_torchvision(fmnist_root):
+    # the driver of a Ray run: config, data files, model fit, the Ray backend's module
+    root = str(fmnist_root[0])
+    code = f"""
+import sys
+import raysoft
+from raysoft.api import check_data
+from raysoft.backends import ray_backend
+from raysoft.config import ConfigError, parse_config
+cfg = check_data(parse_config({{"data": {{"name": "fmnist", "root": {root!r}}}, "model": {{"name": "cnn"}},
+                               "algorithm": {{"name": "fedavg"}}}}))
+try:
+    check_data(parse_config({{"data": {{"name": "fmnist", "root": {root!r}}}, "model": {{"name": "linear"}}}}))
+except ConfigError as err:
+    print(err)
+print(sorted(m for m in ("torch", "torchvision") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["model.name: model 'linear' does not fit a classification task", "[]"]
 
 
 # --------------------------------------------------------------------------- rotate

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..config import DataConfig
+from ..datafiles import IMAGE_DATASETS
 from ..models import DataInfo
 from ..rng import numpy_rng
 from .images import (
@@ -39,13 +40,7 @@ from .partition import component_counts
 
 __all__ = ["DATASETS", "ImageMixture", "distribution_specs", "load_pools"]
 
-# name -> ((C, H, W), number of classes)
-DATASETS: dict[str, tuple[tuple[int, int, int], int]] = {
-    "fmnist": ((1, 28, 28), 10),
-    "emnist_letters": ((1, 28, 28), 26),
-    "cifar10": ((3, 32, 32), 10),
-    "cifar100": ((3, 32, 32), 100),
-}
+DATASETS = IMAGE_DATASETS  # name -> ((C, H, W), number of classes)
 _EMNIST_SPECS = ((0, 0.0), (1, 0.0), (0, 90.0), (1, 90.0))  # pools: 0 lowercase, 1 uppercase
 
 

@@ -26,10 +26,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torchvision.transforms.functional as TF
-from torchvision.datasets import CIFAR10, CIFAR100, EMNIST
-from torchvision.datasets.utils import check_integrity
-from torchvision.transforms import InterpolationMode
+
+from ..datafiles import (  # noqa: F401 - re-exported
+    FMNIST_DEBIAN_ROOT,
+    FMNIST_FILES,
+    ROOT_HINT,
+    MissingDataError,
+    check_files,
+    default_root,
+    emnist_files,
+    find_fmnist,
+    require_cifar,
+    require_emnist,
+)
+
+# torchvision (about 90 MB of private memory per process) is imported only by the loaders and
+# the rotations that need it, not for Fashion-MNIST rotated by multiples of 90 degrees
 
 __all__ = [
     "FMNIST_DEBIAN_ROOT",
@@ -46,21 +58,6 @@ __all__ = [
     "rotate",
 ]
 
-FMNIST_DEBIAN_ROOT = "/usr/share/datasets/fashion-mnist"
-FMNIST_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
-_ROOT_HINT = "set data.root / RAYSOFT_DATA"
-_FMNIST_HINT = f"install Debian's dataset-fashion-mnist or {_ROOT_HINT}"
-
-
-class MissingDataError(FileNotFoundError):
-    """Dataset files are not where they should be; the message is one line."""
-
-
 @dataclass(frozen=True)
 class ImageArrays:
     """A dataset's train and test splits: uint8 images [n, C, H, W], int64 labels [n]."""
@@ -74,26 +71,6 @@ class ImageArrays:
 
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
-
-
-# --------------------------------------------------------------------------- roots
-def default_root(name: str, root: str | None) -> str:
-    """The data folder of dataset ``name``: ``root``, else $RAYSOFT_DATA, else Debian's (fmnist)."""
-    if root:
-        return root
-    env = os.environ.get("RAYSOFT_DATA")
-    if env:
-        return env
-    if name == "fmnist":
-        return FMNIST_DEBIAN_ROOT
-    where = {
-        "emnist_letters": "EMNIST/raw/emnist-byclass-*-ubyte",
-        "cifar10": CIFAR10.base_folder + "/",
-        "cifar100": CIFAR100.base_folder + "/",
-    }.get(name, "its files")
-    raise MissingDataError(
-        f"{name}: no data folder: data.root must be set (or RAYSOFT_DATA) to the folder holding {where}"
-    )
 
 
 # --------------------------------------------------------------------------- IDX files
@@ -139,25 +116,9 @@ def read_idx(path: str, ndim: int | None = None) -> np.ndarray:
     return arr
 
 
-def _find_fmnist(root: str) -> dict[str, str]:
-    """Paths of the four Fashion-MNIST files in root (or root/FashionMNIST/raw)."""
-    for folder in (root, os.path.join(root, "FashionMNIST", "raw")):
-        found = {}
-        for base in FMNIST_FILES:
-            for candidate in (base, base + ".gz"):
-                if os.path.isfile(os.path.join(folder, candidate)):
-                    found[base] = os.path.join(folder, candidate)
-                    break
-        if len(found) == len(FMNIST_FILES):
-            return found
-    raise MissingDataError(
-        f"fmnist: expected {', '.join(f + '[.gz]' for f in FMNIST_FILES)} in {root} ({_FMNIST_HINT})"
-    )
-
-
 def load_fmnist(root: str) -> ImageArrays:
     """Fashion-MNIST from its IDX files: 10 classes, images [n, 1, 28, 28]."""
-    paths = _find_fmnist(root)
+    paths = find_fmnist(root)
     splits = []
     for prefix in ("train", "t10k"):
         x_path, y_path = paths[f"{prefix}-images-idx3-ubyte"], paths[f"{prefix}-labels-idx1-ubyte"]
@@ -176,33 +137,9 @@ EMNIST_LOWER = (36, 62)  # byclass labels of 'a'..'z'
 EMNIST_UPPER = (10, 36)  # byclass labels of 'A'..'Z'
 
 
-def emnist_files(root: str) -> list[str]:
-    """The files torchvision's ``EMNIST(root, split="byclass")`` reads (uncompressed IDX)."""
-    raw = os.path.join(root, "EMNIST", "raw")
-    return [
-        os.path.join(raw, f"emnist-byclass-{split}-{kind}-ubyte")
-        for split in ("train", "test")
-        for kind in ("images-idx3", "labels-idx1")
-    ]
-
-
-def _require_emnist(root: str) -> list[str]:
-    """The raw byclass files, or MissingDataError (torchvision's legacy .pt files also count)."""
-    files = emnist_files(root)
-    processed = os.path.join(root, "EMNIST", "processed")
-    legacy = all(
-        os.path.isfile(os.path.join(processed, f)) for f in ("training_byclass.pt", "test_byclass.pt")
-    )
-    if not legacy and not all(os.path.isfile(f) for f in files):
-        gz = " (found .gz files: gunzip them)" if all(os.path.isfile(f + ".gz") for f in files) else ""
-        names = ", ".join(os.path.basename(f) for f in files)
-        raise MissingDataError(
-            f"emnist_letters: expected {names} in {os.path.dirname(files[0])}{gz} ({_ROOT_HINT})"
-        )
-    return files
-
-
 def _emnist_split(root: str, train: bool) -> tuple[np.ndarray, np.ndarray]:
+    from torchvision.datasets import EMNIST
+
     ds = EMNIST(root, split="byclass", train=train, download=False)
     return ds.data.numpy(), ds.targets.numpy().astype(np.int64)
 
@@ -214,7 +151,7 @@ def _letters(x: np.ndarray, y: np.ndarray, labels: tuple[int, int]) -> tuple[np.
 
 def load_emnist_letters(root: str) -> tuple[ImageArrays, ImageArrays]:
     """EMNIST byclass letters: (lowercase, uppercase), 26 classes each, images [n, 1, 28, 28]."""
-    files = _require_emnist(root)
+    files = require_emnist(root)
     try:
         train = _emnist_split(root, train=True)
         test = _emnist_split(root, train=False)
@@ -232,37 +169,18 @@ def load_emnist_letters(root: str) -> tuple[ImageArrays, ImageArrays]:
 
 
 # --------------------------------------------------------------------------- CIFAR
-class _CIFAR10Unchecked(CIFAR10):
-    """CIFAR10 whose integrity check only tests that the files exist (md5s checked before)."""
+def _cifar_classes(num_classes: int):
+    """(torchvision's class, a subclass whose integrity check only tests that the files exist:
+    the md5s are checked before, file by file)."""
+    from torchvision.datasets import CIFAR10, CIFAR100
 
-    train_list = [[f, None] for f, _ in CIFAR10.train_list]
-    test_list = [[f, None] for f, _ in CIFAR10.test_list]
-    meta = {**CIFAR10.meta, "md5": None}
-
-
-class _CIFAR100Unchecked(CIFAR100):
-    """CIFAR100 whose integrity check only tests that the files exist (md5s checked before)."""
-
-    train_list = [[f, None] for f, _ in CIFAR100.train_list]
-    test_list = [[f, None] for f, _ in CIFAR100.test_list]
-    meta = {**CIFAR100.meta, "md5": None}
-
-
-_CIFAR = {10: (CIFAR10, _CIFAR10Unchecked), 100: (CIFAR100, _CIFAR100Unchecked)}
-
-
-def _require_cifar(root: str, num_classes: int) -> tuple[str, list[list]]:
-    """(folder, [[file, official md5], ...]) of CIFAR-10/100, or MissingDataError."""
-    if num_classes not in _CIFAR:
-        raise ValueError(f"CIFAR has 10 or 100 classes, got {num_classes}")
-    official = _CIFAR[num_classes][0]
-    folder = os.path.join(root, official.base_folder)
-    entries = official.train_list + official.test_list + [[official.meta["filename"], official.meta["md5"]]]
-    if not all(os.path.isfile(os.path.join(folder, f)) for f, _ in entries):
-        raise MissingDataError(
-            f"cifar{num_classes}: expected {', '.join(f for f, _ in entries)} in {folder} ({_ROOT_HINT})"
-        )
-    return folder, entries
+    official = {10: CIFAR10, 100: CIFAR100}[num_classes]
+    unchecked = type(f"_{official.__name__}Unchecked", (official,), {
+        "train_list": [[f, None] for f, _ in official.train_list],
+        "test_list": [[f, None] for f, _ in official.test_list],
+        "meta": {**official.meta, "md5": None},
+    })
+    return official, unchecked
 
 
 def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageArrays:
@@ -274,8 +192,12 @@ def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageA
     subclass whose integrity check only tests existence. ``check_md5=False`` skips the md5
     check explicitly: for tests that write tiny files in the real format.
     """
+    from torchvision.datasets.utils import check_integrity
+
     name = f"cifar{num_classes}"
-    folder, entries = _require_cifar(root, num_classes)
+    folder = require_cifar(root, num_classes)
+    official, unchecked = _cifar_classes(num_classes)
+    entries = official.train_list + official.test_list + [[official.meta["filename"], official.meta["md5"]]]
     if check_md5:
         bad = [f for f, md5 in entries if not check_integrity(os.path.join(folder, f), md5)]
         if bad:
@@ -286,7 +208,7 @@ def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageA
     splits = []
     try:
         for train in (True, False):
-            ds = _CIFAR[num_classes][1](root, train=train, download=False)
+            ds = unchecked(root, train=train, download=False)
             x = np.ascontiguousarray(np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2))
             splits.append((x, np.asarray(ds.targets, dtype=np.int64)))
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, RuntimeError) as err:
@@ -295,19 +217,6 @@ def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageA
         ) from None
     (train_x, train_y), (test_x, test_y) = splits
     return ImageArrays(train_x, train_y, test_x, test_y, num_classes=num_classes)
-
-
-# --------------------------------------------------------------------------- any dataset
-def check_files(name: str, root: str) -> None:
-    """Raise :class:`MissingDataError` unless dataset ``name``'s files are in ``root`` (stat only)."""
-    if name == "fmnist":
-        _find_fmnist(root)
-    elif name == "emnist_letters":
-        _require_emnist(root)
-    elif name in ("cifar10", "cifar100"):
-        _require_cifar(root, int(name[len("cifar") :]))
-    else:
-        raise ValueError(f"unknown image dataset {name!r}")
 
 
 # --------------------------------------------------------------------------- rotation
@@ -328,4 +237,7 @@ def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
             return images.clone()
         if k == 2 or images.shape[-1] == images.shape[-2]:
             return torch.rot90(images, k, dims=(-2, -1))
+    import torchvision.transforms.functional as TF
+    from torchvision.transforms import InterpolationMode
+
     return TF.rotate(images, angle, interpolation=InterpolationMode.BILINEAR, fill=0.0)
