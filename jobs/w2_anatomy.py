@@ -9,9 +9,9 @@ Prints, for W2 of `raysoft bench` (FedAvg, the 32/64/512 CNN, batch 32, 60 of 10
 3. the CNN's training rate at batch 32, 64 and 128 on one thread;
 4. ms per step: one single-thread process alone, two at once, one process with two threads;
 5. the split of each round's selected clients (and their steps) between the two actors' blocks;
-6. per-process PSS at the peak of a 3-round raysoft run (driver, coordinator, actors, Ray).
-Random inputs are used for 1-4 (the step's cost does not depend on the pixel values much;
-max-pooling is the exception, see the README).
+6. per-process PSS at the peak of a 3-round raysoft run (driver, coordinator, actors, Ray);
+7. the private memory that importing torch, then torchvision, costs a fresh process.
+Steps 1, 3 and 4 train on real W2 client images.
 """
 
 from __future__ import annotations
@@ -36,11 +36,14 @@ INFO = DataInfo(784, 10, "classification", (1, 28, 28))
 
 
 def step_fn(batch: int):
+    """One training step of W2's CNN on a batch of real W2 client images (the step's cost
+    depends on the pixel values: max-pooling and ReLU on random inputs cost about 15% more)."""
     cfg = parse_config(workload_config("W2", 1))
+    fed = Federation(cfg.data, cfg.seed)
+    data = [fed.client_data(k) for k in range(3)]  # at least 300 samples
+    x, y = torch.cat([d.x for d in data])[:batch], torch.cat([d.y for d in data])[:batch]
     model = build_model(cfg.model, INFO)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    gen = torch.Generator().manual_seed(0)
-    x, y = torch.rand(batch, 1, 28, 28, generator=gen), torch.randint(0, 10, (batch,), generator=gen)
 
     def step() -> None:
         opt.zero_grad()
@@ -107,6 +110,16 @@ def per_process_peak() -> tuple[float, list[tuple[float, str]]]:
     return best, sorted(snapshot, reverse=True)
 
 
+def import_cost_mb() -> list[float]:
+    """Private (anonymous) PSS of a fresh process after import torch, then torchvision."""
+    code = ("def anon():\n"
+            "    return [int(l.split()[1]) for l in open('/proc/self/smaps_rollup') if l.startswith('Pss_Anon')][0]\n"
+            "a = anon()\nimport torch\nb = anon()\nimport torchvision.datasets, torchvision.transforms.functional\n"
+            "print(b - a, anon() - b)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return [int(v) / 1024 for v in out.split()]
+
+
 def main() -> None:
     torch.set_num_threads(1)
     from torch.utils.flop_counter import FlopCounterMode
@@ -150,6 +163,8 @@ def main() -> None:
     print(f"6. peak PSS of a 3-round raysoft W2 run: {total:.0f} MB; the largest processes:")
     for mb, name in rows[:6]:
         print(f"   {mb:7.0f} MB  {name}")
+    torch_mb, tv_mb = import_cost_mb()
+    print(f"7. private memory of a fresh process: import torch +{torch_mb:.0f} MB, then torchvision +{tv_mb:.0f} MB")
 
 
 if __name__ == "__main__":
