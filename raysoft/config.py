@@ -340,8 +340,8 @@ class RayConfig(Section):
         "dropped and counted (results then depend on timing)"
     )
     reduce_in_actors: bool = Field(
-        True, description="weighted means of client updates (FedAvg) are summed inside the client "
-        "actors, in client-id order along the chain of actors, one vector per actor to the "
+        True, description="weighted sums of client updates (FedAvg, IFCA, FedEM) are made inside the "
+        "client actors, in client-id order along the chain of actors, one tensor per actor to the "
         "coordinator; false: every update travels to the coordinator. The same numbers either way"
     )
 

@@ -20,13 +20,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .algorithms import ClientCall, Reduced, ServerContext, get_algorithm
+from .algorithms import ClientCall, Plan, Reduced, ServerContext, get_algorithm
 from .config import STREAM_ALGORITHMS, Config
 from .errors import ClientFailure, UpdateError  # noqa: F401 - re-exported
 from .data import Federation
 from .evaluation import HEADLINE, LOWER_IS_BETTER, evaluate_centers, summarize
 from .models import build_model
-from .params import weighted_sum
+from .params import add_terms
 from .results import Recorder, write_tables
 
 log = logging.getLogger(__name__)
@@ -36,11 +36,12 @@ CHECKPOINT = "checkpoint.pt"
 class Executor(Protocol):
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]: ...
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int]) -> dict[int, bool]:
-        ...  # run op, keep the results where they ran (``poison``: fill those with NaN); {client: finite}
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int],
+             part: int | None) -> dict[int, tuple[bool, Any]]:
+        ...  # run op, keep the results where they ran (``poison``: fill those with NaN); {client: (finite, rest)}
 
-    def accumulate(self, coefficients: dict[int, float]) -> torch.Tensor:
-        ...  # sum_k c_k r_k of the kept results, added in client-id order; drops what was kept
+    def accumulate(self, plan: Plan) -> torch.Tensor:
+        ...  # the plan's sum of the kept results, added in client-id order; drops what was kept
 
     def get_states(self) -> dict[int, Any]: ...
 
@@ -307,20 +308,26 @@ class Coordinator:
         return {k: v for k, v in results.items() if k not in bad}
 
     def _reduced_call(self, call: ClientCall, t: int) -> Reduced:
-        """A call whose results are reduced (a weighted mean): summed in the client actors when
-        the executor can (only finiteness flags and one vector per actor travel), else here;
-        the same sum in the same client-id order either way."""
+        """A call whose results are summed (``call.reduce``): in the client actors when
+        ``ray.reduce_in_actors`` (only finiteness, the small rest of each result and one tensor
+        per actor travel), else here; the same additions in the same client-id order either way."""
+        red = call.reduce
         if self.cfg.ray.reduce_in_actors:
-            flags = self.executor.keep(call.op, call.clients, call.payload, t, self._poisoned(call.op, t))
+            flags = self.executor.keep(call.op, call.clients, call.payload, t, self._poisoned(call.op, t), red.part)
             self._report_late(call.op)
-            self._report_bad(call.op, [k for k in sorted(flags) if not flags[k]], t)
-            good = sorted(k for k, ok in flags.items() if ok)
-            return Reduced(self.executor.accumulate(call.reduce.coefficients(good)) if good else None, good)
+            self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
+            rest = {k: flags[k][1] for k in sorted(flags) if flags[k][0]}
+            plan = red.plan(rest)
+            value = self.executor.accumulate(plan) if plan.terms else plan.start
+            return Reduced(value, sorted(rest), rest)
         results = self.executor.call(call.op, call.clients, call.payload, t)
         self._report_late(call.op)
         results = self._check_updates(call.op, results, t)
-        coef = call.reduce.coefficients(list(results))
-        return Reduced(weighted_sum([results[k] for k in coef], list(coef.values())) if coef else None, list(coef))
+        split = {k: red.split(results[k]) for k in sorted(results)}
+        plan = red.plan({k: v[1] for k, v in split.items()})
+        start = None if plan.start is None else plan.start.clone()
+        value = add_terms(plan.terms, {k: v[0] for k, v in split.items()}, start) if plan.terms else start
+        return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
 
     def run_round(self) -> dict[str, Any]:
         """Run one round; evaluate when it is due. Returns progress information."""

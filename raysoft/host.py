@@ -16,7 +16,9 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .algorithms import ClientContext, get_algorithm
+from .algorithms import ClientContext, Plan, get_algorithm
+from .algorithms.base import split_result
+from .params import add_terms
 from .config import Config
 from .data import ClientData, Federation
 from .models import build_model
@@ -132,30 +134,31 @@ class ClientHost:
             return self._call(op, client_ids, payload, t)
 
     def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-             poison: Iterable[int] = ()) -> dict[int, bool]:
-        """Run ``op`` and keep the results here for :meth:`accumulate` (those of ``poison``
-        filled with NaN: fault injection); return which results are finite."""
+             poison: Iterable[int] = (), part: int | None = None) -> dict[int, tuple[bool, Any]]:
+        """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
+        the whole result) here for :meth:`add_terms`; those of ``poison`` are filled with NaN
+        (fault injection). Returns {client: (finite, the rest of its result)}."""
         from .engine import _finite, _poison
 
         results = self.call(op, client_ids, payload, t)
         for k in poison:
             if k in results:
                 results[k] = _poison(results[k])
-        self.kept = results
-        return {k: _finite(r) for k, r in results.items()}
+        self.kept, out = {}, {}
+        for k, r in results.items():
+            self.kept[k], rest = split_result(r, part)
+            out[k] = (_finite(r), rest)
+        return out
 
-    def accumulate(self, coefficients: dict[int, float], acc: torch.Tensor | None = None) -> torch.Tensor:
-        """``acc`` + sum_k c_k r_k over the kept results, added in client-id order after ``acc``
-        (zeros if None: the start of the chain), as ``params.weighted_sum`` adds; then drops
-        the kept results."""
+    def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None) -> torch.Tensor:
+        """``acc`` plus this host's terms of a plan, added in client-id order (see
+        ``params.add_terms``); then drops the kept results."""
         kept, self.kept = self.kept, {}
-        for k in sorted(coefficients):
-            if acc is None:
-                acc = torch.zeros_like(kept[k])
-            acc.add_(kept[k], alpha=float(coefficients[k]))
-        if acc is None:
-            raise ValueError("accumulate: no coefficients and nothing to add to")
-        return acc
+        return add_terms(terms, kept, acc)
+
+    def accumulate(self, plan: Plan) -> torch.Tensor:
+        """The whole plan here (the in-process backend: every client is in this host)."""
+        return self.add_terms(plan.terms, None if plan.start is None else plan.start.clone())
 
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected

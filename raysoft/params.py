@@ -6,7 +6,7 @@ model's parameter count, in ``model.parameters()`` order). Stacks of them are ``
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -57,6 +57,21 @@ def weighted_sum(vectors: Sequence[Params] | torch.Tensor, weights: Sequence[flo
     for v, w in zip(vectors, weights):
         out.add_(v, alpha=float(w))
     return out
+
+
+def add_terms(terms: dict[int, tuple[int | None, float]], parts: Mapping[int, torch.Tensor],
+              acc: torch.Tensor | None) -> torch.Tensor:
+    """acc[row] += coef * parts[k] for each (k: (row, coef)) of ``terms`` in ascending k (the
+    whole acc when row is None; zeros like the first part if ``acc`` is None), in place; the
+    additions ``weighted_sum`` makes, so a sum split over hosts in id order is the same."""
+    for k in sorted(terms):
+        row, coef = terms[k]
+        if acc is None:
+            acc = torch.zeros_like(parts[k])
+        (acc if row is None else acc[row]).add_(parts[k], alpha=float(coef))
+    if acc is None:
+        raise ValueError("add_terms: no terms and no start")
+    return acc
 
 
 def mean(vectors: Sequence[Params]) -> Params:

@@ -169,17 +169,23 @@ def test_plan_actors_sizes_the_pool_node_by_node():
 
 
 @pytest.mark.ray
-def test_fedavg_means_summed_in_the_actors_equal_the_coordinators_on_every_packing(ray_session, tmp_path):
+@pytest.mark.parametrize("algo, packings", [
+    ({"name": "fedavg"}, (1, 3, 10)),
+    ({"name": "ifca", "init_threshold": 0.0}, (3,)),
+    ({"name": "ifca", "init_threshold": 0.0, "option": "gradient"}, (4,)),
+    ({"name": "fedem"}, (3,)),
+])
+def test_sums_in_the_actors_equal_the_coordinators_on_every_packing(ray_session, tmp_path, algo, packings):
     # the chain of actors adds the clients' terms in client-id order: the same floats as the
-    # coordinator's weighted_average over every update
-    algo = {"name": "fedavg", "rounds": 4, "clients_per_round": 6, "eval_every": 1}
+    # coordinator's sum over every update (FedAvg's mean, IFCA's centers, FedEM's learners)
+    algo = {**algo, "rounds": 4, "clients_per_round": 6, "eval_every": 1}
     ref = raysoft.run(small_config(algorithm=algo, ray={"reduce_in_actors": False}), out=tmp_path)
     ref_m = ref.metrics.drop(columns=["run_id", "time_s"])
-    assert ref_m.value.nunique() > 4  # the model moves: a real comparison
-    for ray_cfg in ({}, {"backend": "ray", "clients_per_actor": 1, "num_cpus_per_actor": 0.1},
-                    {"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1},
-                    {"backend": "ray", "clients_per_actor": 10, "num_cpus_per_actor": 0.1},
-                    {"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1, "reduce_in_actors": False}):
+    assert ref_m.value.nunique() > 4  # the models move: a real comparison
+    ray_cfgs = [{}] + [{"backend": "ray", "clients_per_actor": p, "num_cpus_per_actor": 0.1} for p in packings]
+    if algo["name"] == "fedavg":
+        ray_cfgs.append({"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1, "reduce_in_actors": False})
+    for ray_cfg in ray_cfgs:
         m = raysoft.run(small_config(algorithm=algo, ray=ray_cfg), out=tmp_path).metrics
         pd.testing.assert_frame_equal(m.drop(columns=["run_id", "time_s"]), ref_m, check_exact=True)
 
@@ -198,8 +204,9 @@ def test_the_chain_adds_in_client_id_order_like_weighted_sum():
     first, second = ClientHost.__new__(ClientHost), ClientHost.__new__(ClientHost)
     first.kept = {k: updates[k] for k in (0, 1, 2)}
     second.kept = {k: updates[k] for k in (3, 4)}
-    acc = first.accumulate({k: c for k, c in coef.items() if k < 3})
-    got = second.accumulate({k: c for k, c in coef.items() if k >= 3}, acc)
+    plan = WeightedMean(sizes).plan({k: None for k in coef})
+    acc = first.add_terms({k: v for k, v in plan.terms.items() if k < 3}, plan.start)
+    got = second.add_terms({k: v for k, v in plan.terms.items() if k >= 3}, acc)
     assert torch.equal(got, want)
     backwards = sum(updates[k] * c for k, c in reversed(coef.items()))
     assert not torch.equal(backwards, want)  # another order would round differently

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Algorithm, ClientCall, ClientContext, Reduced, ServerContext, WeightedMean
+from .base import Algorithm, ClientCall, ClientContext, Plan, Reduced, Reduction, ServerContext, WeightedMean
 from .fedavg import FedAvg, Local
 from .fedem import FedEM
 from .fedsoft import FedSoft

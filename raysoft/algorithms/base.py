@@ -7,9 +7,10 @@ An algorithm is a module of pure functions plus one object that wires them:
   It yields :class:`ClientCall` requests (an operation, the clients that run it, and one
   payload broadcast to all of them), receives ``{client_id: result}`` for each, and finally
   returns ``(new_state, diagnostics)``. The backend decides where and how the calls run; the
-  algorithm never knows about Ray. A call with ``reduce`` (a :class:`WeightedMean`) receives
-  a :class:`Reduced` instead: the weighted mean of the finite results, which a backend may
-  accumulate where the clients run (``ray.reduce_in_actors``), one vector per actor;
+  algorithm never knows about Ray. A call with ``reduce`` (a :class:`Reduction`) receives a
+  :class:`Reduced` instead: a weighted sum of the finite results planned from their small
+  parts, which a backend may accumulate where the clients run (``ray.reduce_in_actors``), one
+  tensor per actor;
 * ``client_ops``: the client half, ``op(ctx, client_state, payload, t) -> (client_state, result)``;
 * ``centers(state)`` (models evaluated on the holdout sets) and ``weights(state)``
   (each client's importance / mixture weights over the centers, or ``None``);
@@ -35,11 +36,43 @@ from ..models import DataInfo, build_model
 from ..rng import torch_generator
 
 
+def split_result(result: Any, part: int | None) -> tuple[torch.Tensor, Any]:
+    """(the summed part, the rest) of one client's result: element ``part`` of a result tuple
+    and the tuple with it set to None, or the whole result and None."""
+    if part is None:
+        return result, None
+    return result[part], tuple(None if i == part else r for i, r in enumerate(result))
+
+
+@dataclass
+class Plan:
+    """How a call's results are summed: ``acc = start`` (zeros like the first term if None),
+    then, for every client k in id order, ``acc[row] += coef * r_k`` (the whole ``acc`` when
+    ``row`` is None), with ``terms[k] = (row, coef)`` and r_k the summed part of k's result."""
+
+    start: torch.Tensor | None
+    terms: dict[int, tuple[int | None, float]]
+
+
+class Reduction:
+    """A sum of the clients' results that a backend may run where the clients are (in client-id
+    order, so the same number wherever it runs). ``part``: the element of a result tuple that is
+    summed (None: the whole result); the rest of each result (with that element None) comes
+    back per client, and :meth:`plan` turns it into the sum's coefficients."""
+
+    part: int | None = None
+
+    def split(self, result: Any) -> tuple[torch.Tensor, Any]:
+        return split_result(result, self.part)
+
+    def plan(self, rest: dict[int, Any]) -> Plan:
+        """The sum over the clients in ``rest`` (those whose result is finite)."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class WeightedMean:
-    """sum_k n_k r_k / sum_k n_k over the clients whose result r_k is finite, with
-    n = ``sizes``, accumulated in client-id order (:func:`~raysoft.params.weighted_sum`):
-    the same number wherever it is summed."""
+class WeightedMean(Reduction):
+    """sum_k n_k r_k / sum_k n_k over the finite results, n = ``sizes`` (FedAvg)."""
 
     sizes: np.ndarray
 
@@ -48,14 +81,19 @@ class WeightedMean:
         total = float(sum(self.sizes[k] for k in ids))
         return {k: float(self.sizes[k] / total) for k in sorted(ids)}
 
+    def plan(self, rest: dict[int, Any]) -> Plan:
+        return Plan(None, {k: (None, c) for k, c in self.coefficients(list(rest)).items()})
+
 
 @dataclass
 class Reduced:
-    """What a call with ``reduce`` returns: the reduced vector (None when no result was
-    finite) and the clients whose results are in it, ascending."""
+    """What a call with ``reduce`` returns: the sum (None when no result was finite and the
+    plan has no start), the clients whose results are in it (ascending), and the rest of each
+    of their results."""
 
-    vector: torch.Tensor | None
+    value: torch.Tensor | None
     clients: list[int]
+    rest: dict[int, Any]
 
 
 @dataclass(frozen=True)
@@ -66,7 +104,7 @@ class ClientCall:
     op: str
     clients: list[int]
     payload: dict[str, Any] = field(default_factory=dict)
-    reduce: WeightedMean | None = None
+    reduce: Reduction | None = None
 
 
 @dataclass

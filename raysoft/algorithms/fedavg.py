@@ -58,7 +58,7 @@ class FedAvg:
         selected = uniform_selection(ctx.num_clients, ctx.cfg.algorithm.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"model": state.model}, reduce=WeightedMean(ctx.sizes))
-        model = res.vector if res.clients else state.model
+        model = res.value if res.clients else state.model
         return GlobalModel(model), {"trained": len(res.clients)}
 
     def centers(self, state: GlobalModel) -> torch.Tensor:

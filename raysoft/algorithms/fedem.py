@@ -29,9 +29,9 @@ import torch.nn.functional as F
 
 from ..config import FedEMConfig
 from ..optim import SGD, Adam
-from ..params import get_flat, set_flat
+from ..params import add_terms, get_flat, set_flat
 from ..training import evaluate, model_losses
-from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
 from ..rng import numpy_rng
 
@@ -46,14 +46,27 @@ def m_step_pi(q: torch.Tensor) -> torch.Tensor:
     return q.mean(dim=1)
 
 
+@dataclass(frozen=True)
+class LearnerAverage(Reduction):
+    """theta = sum_{t in S} (n_t/n) theta^(t) + (1 - sum_{t in S} n_t/n) theta^old over the
+    clients S whose update is finite, n the total over all clients (the reference code: the
+    clients not sampled contribute the old learners). Sums element 0 (the learners) of a
+    client's (learners, pi) result; every learner at once."""
+
+    sizes: np.ndarray
+    old: torch.Tensor
+    part: int | None = 0
+
+    def plan(self, rest: dict[int, Any]) -> Plan:
+        n = float(np.sum(self.sizes))
+        share = {k: float(self.sizes[k]) / n for k in sorted(rest)}
+        return Plan(self.old * (1.0 - sum(share.values())), {k: (None, p) for k, p in share.items()})
+
+
 def aggregate_learners(old: torch.Tensor, updates: dict[int, torch.Tensor], sizes: np.ndarray) -> torch.Tensor:
     """theta_m = sum_{t in S} (n_t/n) theta_m^(t) + (1 - sum_{t in S} n_t/n) theta_m^old."""
-    n = float(np.sum(sizes))
-    share = [float(sizes[k]) / n for k in sorted(updates)]
-    new = old * (1.0 - sum(share))
-    for k, p in zip(sorted(updates), share):
-        new.add_(updates[k], alpha=p)
-    return new
+    plan = LearnerAverage(sizes, old).plan(dict.fromkeys(updates))
+    return add_terms(plan.terms, updates, plan.start)
 
 
 @torch.no_grad()
@@ -127,12 +140,11 @@ class FedEM:
     def round(self, ctx: ServerContext, state: FedEMState, t: int) -> RoundGenerator:
         selected = uniform_selection(ctx.num_clients, ctx.cfg.algorithm.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
-        res = yield ClientCall("train", selected, {"learners": state.learners})
+        res = yield ClientCall("train", selected, {"learners": state.learners},
+                               reduce=LearnerAverage(ctx.sizes, state.learners))
         pi = state.pi.copy()
-        learners = state.learners.clone()
-        for m in range(learners.shape[0]):
-            learners[m] = aggregate_learners(state.learners[m], {k: r[0][m] for k, r in res.items()}, ctx.sizes)
-        for k, (_, p) in res.items():
+        learners = res.value
+        for k, (_, p) in res.rest.items():
             pi[k] = p.numpy()
         return FedEMState(learners, pi), {"weights_updated": True, "trained": len(selected)}
 

@@ -23,10 +23,10 @@ import torch
 
 from ..config import IFCAConfig
 from ..optim import SGD, Adam
-from ..params import Params, get_flat, mean, set_flat
+from ..params import Params, add_terms, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import full_gradient
-from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
 from .common import evaluate_vector, mean_losses, scratch_optimizer, train_from, uniform_selection
 
 
@@ -35,23 +35,43 @@ def assign_cluster(losses: torch.Tensor | np.ndarray) -> int:
     return int(np.argmin(np.asarray(losses)))
 
 
+@dataclass(frozen=True)
+class CenterUpdate(Reduction):
+    """The new centers from the (chosen center j, update) results of the clients whose update
+    is finite. Option II (``model``): theta_j = plain average of the models of the clients that
+    chose j; option I (``gradient``): theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m the
+    number of those clients. Empty clusters keep their center."""
+
+    old: torch.Tensor
+    option: str = "model"
+    lr: float = 0.0
+    part: int | None = 1
+
+    def plan(self, rest: dict[int, Any]) -> Plan:
+        chosen = {k: int(r[0]) for k, r in sorted(rest.items())}
+        start = self.old.clone()
+        if self.option == "gradient":
+            return Plan(start, {k: (j, -self.lr / len(chosen)) for k, j in chosen.items()})
+        terms: dict[int, tuple[int | None, float]] = {}
+        for j in range(self.old.shape[0]):
+            members = [k for k in chosen if chosen[k] == j]
+            if members:
+                start[j].zero_()
+                terms.update({k: (j, 1.0 / len(members)) for k in members})
+        return Plan(start, terms)
+
+
 def average_members(assignments: dict[int, int], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Option II: theta_j = plain average of the models of the clients that chose j; empty
     clusters keep their center."""
-    rows = []
-    for j in range(old.shape[0]):
-        members = [models[k] for k in sorted(models) if assignments[k] == j]
-        rows.append(mean(members) if members else old[j].clone())
-    return torch.stack(rows)
+    plan = CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models})
+    return add_terms(plan.terms, models, plan.start)
 
 
 def gradient_step(assignments: dict[int, int], grads: dict[int, Params], old: torch.Tensor, lr: float) -> torch.Tensor:
     """Option I: theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m = number of selected clients."""
-    m = len(grads)
-    new = old.clone()
-    for k in sorted(grads):
-        new[assignments[k]].add_(grads[k], alpha=-lr / m)
-    return new
+    plan = CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads})
+    return add_terms(plan.terms, grads, plan.start)
 
 
 def one_hot(assignment: np.ndarray, k: int) -> np.ndarray:
@@ -123,13 +143,10 @@ class IFCA:
         if t == 0 and a.init_threshold > 0:
             state = IFCAState((yield from self.good_init(ctx, state)), state.assignment)
         selected = uniform_selection(ctx.num_clients, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
-        res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option})
-        assignments = {k: j for k, (j, _) in res.items()}
-        updates = {k: u for k, (_, u) in res.items()}
-        if a.option == "gradient":
-            centers = gradient_step(assignments, updates, state.centers, ctx.cfg.train.lr)
-        else:
-            centers = average_members(assignments, updates, state.centers)
+        res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option},
+                               reduce=CenterUpdate(state.centers, a.option, ctx.cfg.train.lr))
+        assignments = {k: int(r[0]) for k, r in res.rest.items()}
+        centers = res.value
         assignment = state.assignment.copy()
         for k, j in assignments.items():
             assignment[k] = j

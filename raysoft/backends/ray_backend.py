@@ -76,11 +76,12 @@ class ClientActor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self.host.call(op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int]) -> dict[int, bool]:
-        return self.host.keep(op, client_ids, payload, t, poison)
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int],
+             part: int | None) -> dict[int, Any]:
+        return self.host.keep(op, client_ids, payload, t, poison, part)
 
-    def accumulate(self, coefficients: dict[int, float], acc: Any = None) -> Any:
-        return self.host.accumulate(coefficients, acc)
+    def add_terms(self, terms: dict[int, Any], acc: Any) -> Any:
+        return self.host.add_terms(terms, acc)
 
     def get_states(self) -> dict[int, Any]:
         return self.host.get_states()
@@ -138,35 +139,37 @@ class RayExecutor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self._run("call", op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int]) -> dict[int, bool]:
-        return self._run("keep", op, client_ids, payload, t, poison)
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int],
+             part: int | None) -> dict[int, Any]:
+        return self._run("keep", op, client_ids, payload, t, poison, part)
 
-    def accumulate(self, coefficients: dict[int, float]) -> Any:
-        """The chain: the actor with the lowest client ids starts the sum, each next actor adds
-        its clients' terms to the partial sum it receives (Ray passes the reference on, the
-        tensor goes actor to actor), so the terms are added in client-id order whatever the
-        packing. The training ran in parallel before; only these additions are sequential."""
-        parts: dict[int, dict[int, float]] = {}
-        for k in sorted(coefficients):
-            parts.setdefault(self.owner[k], {})[k] = coefficients[k]
+    def accumulate(self, plan: Any) -> Any:
+        """The chain: the actor with the lowest client ids starts the sum from the plan's start,
+        each next actor adds its clients' terms to the partial sum it receives (Ray passes the
+        reference on, the tensor goes actor to actor), so the terms are added in client-id
+        order whatever the packing. The training ran in parallel before; only these additions
+        are sequential."""
+        parts: dict[int, dict[int, Any]] = {}
+        for k in sorted(plan.terms):
+            parts.setdefault(self.owner[k], {})[k] = plan.terms[k]
         order = sorted(parts, key=lambda i: min(parts[i]))
         for a, b in zip(order, order[1:]):
             if max(parts[a]) > min(parts[b]):  # blocks are contiguous ranges; never interleave
                 raise RuntimeError("accumulate: actors' client blocks interleave")
-        acc = None
+        acc = plan.start
         for i in order:
-            acc = self.actors[i].accumulate.remote(parts[i], acc)
+            acc = self.actors[i].add_terms.remote(parts[i], acc)
         return self._gather([acc])[0]
 
     def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             poison: list[int] | None = None) -> dict[int, Any]:
+             poison: list[int] | None = None, part: int | None = None) -> dict[int, Any]:
         ref = ray.put(payload)  # once per call, shared by every actor
         groups: dict[int, list[int]] = {}
         for k in client_ids:
             groups.setdefault(self.owner[k], []).append(k)
         futures = []
         for i, ks in sorted(groups.items()):
-            args = (op, ks, ref, t) if poison is None else (op, ks, ref, t, [k for k in poison if k in ks])
+            args = (op, ks, ref, t) if poison is None else (op, ks, ref, t, [k for k in poison if k in ks], part)
             futures.append(getattr(self.actors[i], method).remote(*args))
         self.late = []
         if self.rc.round_deadline_s is not None and op != "evaluate":
