@@ -162,3 +162,27 @@ def test_local_training_leaves_the_broadcast_models_unchanged(name):
     torch.testing.assert_close(models, before, rtol=0, atol=0)
     alone = ClientHost(cfg, [1]).call("train", [1], payload, 0)  # same update without client 0
     torch.testing.assert_close(together[1][1], alone[1][1])
+
+
+def test_weights_by_majority_script_groups_clients_by_their_majority_distribution(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+    from weights_by_majority import table
+
+    r = raysoft.run(small_config(algorithm={"name": "fedem", "rounds": 2, "clients_per_round": 4}), out=tmp_path)
+    t = table(r.run_dir, [1])
+    w = pd.read_parquet(r.run_dir / "weights.parquet")
+    c = pd.read_parquet(r.run_dir / "clients.parquet").pivot(index="client", columns="distribution", values="share")
+    major = c.idxmax(axis=1)
+    for g in (0, 1):
+        ids = major.index[major == g]
+        truth = t[(t.step == -1) & (t.majority == g)].set_index("center").weight
+        assert truth.to_dict() == pytest.approx(c.loc[ids].mean().to_dict())
+        got = t[(t.step == 1) & (t.majority == g)].set_index("center").weight
+        want = w[(w.step == 1) & w.client.isin(ids)].groupby("center").estimate.mean()
+        assert got.to_dict() == pytest.approx(want.to_dict())
+        assert set(t[t.majority == g].clients) == {len(ids)}
