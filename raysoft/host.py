@@ -69,7 +69,7 @@ class ClientHost:
         fed = Federation(cfg.data, cfg.seed)
         self.contexts: dict[int, ClientContext] = {}
         self.states: dict[int, Any] = {}
-        self.kept: dict[int, Any] = {}  # results held for accumulate()
+        self.kept: dict[int, Any] = {}  # summed parts of results held for add_terms()
         self.fed = fed
         self.scratch = build_model(cfg.model, fed.info).to(self.device)  # shared: ops never keep it
         with torch_threads(client_threads(cfg)):
