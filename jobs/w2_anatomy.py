@@ -37,7 +37,7 @@ INFO = DataInfo(784, 10, "classification", (1, 28, 28))
 
 def step_fn(batch: int):
     """One training step of W2's CNN on a batch of real W2 client images (the step's cost
-    depends on the pixel values: max-pooling and ReLU on random inputs cost about 15% more)."""
+    depends on the pixel values; random inputs ran slower in unscripted trials)."""
     cfg = parse_config(workload_config("W2", 1))
     fed = Federation(cfg.data, cfg.seed)
     data = [fed.client_data(k) for k in range(3)]  # at least 300 samples
