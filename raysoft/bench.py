@@ -124,11 +124,6 @@ def tree_memory_mb(root: int) -> tuple[float, float]:
     return rss / 2**20, pss / 2**20
 
 
-def tree_rss_mb(root: int) -> float:
-    """Sum of the resident memory of ``root`` and all its descendants, in MB."""
-    return tree_memory_mb(root)[0]
-
-
 class PeakSampler:
     """Samples :func:`tree_memory_mb` of a process every ``interval`` seconds in a thread."""
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .algorithms import ClientCall, Plan, Reduced, ServerContext, get_algorithm
+from .algorithms.base import split_result
 from .config import STREAM_ALGORITHMS, Config
 from .errors import ClientFailure, UpdateError  # noqa: F401 - re-exported
 from .data import Federation
@@ -323,7 +324,7 @@ class Coordinator:
         results = self.executor.call(call.op, call.clients, call.payload, t)
         self._report_late(call.op)
         results = self._check_updates(call.op, results, t)
-        split = {k: red.split(results[k]) for k in sorted(results)}
+        split = {k: split_result(results[k], red.part) for k in sorted(results)}
         plan = red.plan({k: v[1] for k, v in split.items()})
         start = None if plan.start is None else plan.start.clone()
         value = add_terms(plan.terms, {k: v[0] for k, v in split.items()}, start) if plan.terms else start

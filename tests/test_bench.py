@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, tree_rss_mb, workload_config
+from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
 from raysoft.config import parse_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -58,13 +58,13 @@ def test_tree_rss_counts_the_children():
     try:
         import os
 
-        alone = tree_rss_mb(proc.pid)
+        alone = tree_memory_mb(proc.pid)[0]
         deadline = time.monotonic() + 20
         while alone < 300 and time.monotonic() < deadline:
             time.sleep(0.1)
-            alone = tree_rss_mb(proc.pid)
+            alone = tree_memory_mb(proc.pid)[0]
         assert alone >= 300
-        assert tree_rss_mb(os.getpid()) > alone  # this process plus its child
+        assert tree_memory_mb(os.getpid())[0] > alone  # this process plus its child
         assert tree_memory_mb(proc.pid)[1] >= 290  # its bytearray is private: all of it in PSS
     finally:
         proc.kill()

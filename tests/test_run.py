@@ -15,6 +15,7 @@ import yaml
 import raysoft
 from raysoft.backends.ray_backend import plan_actors
 from raysoft.config import RayConfig
+from raysoft.params import weighted_sum
 
 from conftest import small_config
 
@@ -192,7 +193,6 @@ def test_sums_in_the_actors_equal_the_coordinators_on_every_packing(ray_session,
 
 def test_the_chain_adds_in_client_id_order_like_weighted_sum():
     from raysoft.algorithms import WeightedMean
-    from raysoft.algorithms.common import weighted_average
     from raysoft.host import ClientHost
 
     sizes = np.array([3, 1, 4, 1, 5])
@@ -200,7 +200,7 @@ def test_the_chain_adds_in_client_id_order_like_weighted_sum():
     updates = {k: torch.randn(50, generator=gen) * 10.0 ** k for k in range(5)}  # rounding depends on order
     coef = WeightedMean(sizes).coefficients([0, 2, 3, 4])
     assert coef == pytest.approx({0: 3 / 13, 2: 4 / 13, 3: 1 / 13, 4: 5 / 13})
-    want = weighted_average({k: updates[k] for k in coef}, sizes)
+    want = weighted_sum([updates[k] for k in coef], list(coef.values()))  # the coordinator's sum
     first, second = ClientHost.__new__(ClientHost), ClientHost.__new__(ClientHost)
     first.kept = {k: updates[k] for k in (0, 1, 2)}
     second.kept = {k: updates[k] for k in (3, 4)}

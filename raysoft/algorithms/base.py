@@ -62,9 +62,6 @@ class Reduction:
 
     part: int | None = None
 
-    def split(self, result: Any) -> tuple[torch.Tensor, Any]:
-        return split_result(result, self.part)
-
     def plan(self, rest: dict[int, Any]) -> Plan:
         """The sum over the clients in ``rest`` (those whose result is finite)."""
         raise NotImplementedError

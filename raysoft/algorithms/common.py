@@ -9,21 +9,15 @@ import numpy as np
 import torch
 
 from ..optim import SGD, Adam
-from ..params import Params, get_flat, set_flat, weighted_sum
+from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import evaluate, make_optimizer, model_losses, proximal_train
-from .base import ClientContext, WeightedMean
+from .base import ClientContext
 
 
 def uniform_selection(num_clients: int, k: int, rng: np.random.Generator) -> list[int]:
     """k distinct clients drawn uniformly (sorted)."""
     return sorted(int(c) for c in rng.choice(num_clients, size=min(k, num_clients), replace=False))
-
-
-def weighted_average(models: dict[int, Params], sizes: np.ndarray) -> Params:
-    """sum_k n_k w_k / sum_k n_k over the clients in ``models`` (in id order)."""
-    coef = WeightedMean(sizes).coefficients(list(models))
-    return weighted_sum([models[k] for k in coef], list(coef.values()))
 
 
 def scratch_optimizer(ctx: ClientContext) -> Adam | SGD:
