@@ -24,7 +24,7 @@ def table(run_dir: Path, steps: list[int] | None = None) -> pd.DataFrame:
     distribution) of true mean shares with step = -1 and center = distribution."""
     for name in ("weights.parquet", "clients.parquet"):
         if not (run_dir / name).is_file():
-            raise SystemExit(f"weights_by_majority: {run_dir} has no {name}")
+            raise ValueError(f"{run_dir} has no {name}")
     weights = pd.read_parquet(run_dir / "weights.parquet")
     clients = pd.read_parquet(run_dir / "clients.parquet")
     clients = clients[clients.step == clients.step.min()]
@@ -33,8 +33,7 @@ def table(run_dir: Path, steps: list[int] | None = None) -> pd.DataFrame:
     if steps is not None:
         missing = sorted(set(steps) - set(weights.step))
         if missing:
-            raise SystemExit(f"weights_by_majority: no weights recorded at step(s) {missing} "
-                             f"(recorded: {sorted(set(weights.step))})")
+            raise ValueError(f"no weights recorded at step(s) {missing} (recorded: {sorted(set(weights.step))})")
         weights = weights[weights.step.isin(steps)]
     w = weights.join(majority, on="client")
     out = (w.groupby(["step", "majority", "center"])
@@ -47,13 +46,22 @@ def table(run_dir: Path, steps: list[int] | None = None) -> pd.DataFrame:
     return pd.concat([truth, out], ignore_index=True)[["step", "majority", "clients", "center", "weight"]]
 
 
+def _steps(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated integers: {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--steps", help="comma-separated steps (default: every recorded step)")
+    p.add_argument("--steps", type=_steps, help="comma-separated steps (default: every recorded step)")
     args = p.parse_args(argv)
-    steps = [int(s) for s in args.steps.split(",")] if args.steps else None
-    t = table(args.run_dir, steps)
+    try:
+        t = table(args.run_dir, args.steps)
+    except ValueError as err:  # a one-line error and exit code 2, like argparse's
+        p.error(str(err))
     wide = t.pivot_table(index=["step", "majority", "clients"], columns="center", values="weight")
     wide.columns = [f"center {c}" for c in wide.columns]
     print("step -1: the true mean shares of each group's distributions")

@@ -7,7 +7,8 @@ import torch
 import raysoft
 from raysoft.algorithms.fedem import aggregate_learners, e_step, m_step_pi, mixture_metrics
 from raysoft.algorithms.ifca import assign_cluster, average_members, gradient_step, one_hot
-from raysoft.algorithms.common import weighted_average
+from raysoft.algorithms import WeightedMean
+from raysoft.params import add_terms
 
 from conftest import small_config
 
@@ -69,7 +70,9 @@ def test_fedem_mixture_prediction_mixes_probabilities():
 
 
 def test_fedavg_weights_by_samples():
-    avg = weighted_average({2: torch.tensor([1.0]), 0: torch.tensor([4.0])}, np.array([100, 0, 300]))
+    models = {2: torch.tensor([1.0]), 0: torch.tensor([4.0])}
+    plan = WeightedMean(np.array([100, 0, 300])).plan(dict.fromkeys(models))
+    avg = add_terms(plan.terms, models, plan.start)
     torch.testing.assert_close(avg, torch.tensor([0.25 * 4.0 + 0.75 * 1.0]))
 
 
@@ -171,7 +174,7 @@ def test_weights_by_majority_script_groups_clients_by_their_majority_distributio
     import pandas as pd
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
-    from weights_by_majority import table
+    from weights_by_majority import main, table
 
     r = raysoft.run(small_config(algorithm={"name": "fedem", "rounds": 2, "clients_per_round": 4}), out=tmp_path)
     t = table(r.run_dir, [1])
@@ -186,3 +189,7 @@ def test_weights_by_majority_script_groups_clients_by_their_majority_distributio
         want = w[(w.step == 1) & w.client.isin(ids)].groupby("center").estimate.mean()
         assert got.to_dict() == pytest.approx(want.to_dict())
         assert set(t[t.majority == g].clients) == {len(ids)}
+    for bad in (["--steps", "99"], ["--steps", "x"]):  # one-line errors, exit code 2
+        with pytest.raises(SystemExit) as err:
+            main([str(r.run_dir), *bad])
+        assert err.value.code == 2
