@@ -62,7 +62,12 @@ SCHEMAS["events"] = pa.schema(
 SCHEMAS["placement"] = pa.schema(
     [("run_id", pa.string()), ("client", pa.int64()), ("actor", pa.int64()), ("node_id", pa.string())]
 )
-OPTIONAL = {"assignments", "events", "placement"}  # written only when there are rows
+SCHEMAS["estimation"] = pa.schema(  # CCFL: Algorithm 1's terms of every fresh upload
+    [("run_id", pa.string()), ("step", pa.int64()), ("client", pa.int64()), ("center", pa.int64()),
+     ("l", pa.float64()), ("d1", pa.float64()), ("d2", pa.float64()), ("score", pa.float64()),
+     ("alpha", pa.float64()), ("rejected", pa.bool_())]
+)
+OPTIONAL = {"assignments", "events", "placement", "estimation"}  # written only when there are rows
 
 
 class Recorder:

@@ -308,7 +308,7 @@ class StreamCoordinator:
         self.executor.set_states(blob["clients"])
         for name in self.CHECKPOINTED:
             setattr(self, name, blob[name])
-        self.recorder.columns = blob["recorder"]
+        self.recorder.columns = {**self.recorder.columns, **blob["recorder"]}  # tables added since
         self.start = time.monotonic() - blob["elapsed"]
 
     # ------------------------------------------------------------------ the stream
@@ -372,6 +372,12 @@ class StreamCoordinator:
             self._row("client", m, -1, "staleness", diag["staleness"], vtime=vt)
             for c, est in enumerate(u):
                 self.recorder.add("weights", step=t, client=m, center=c, estimate=float(est))
+            if "scores" in diag:  # CCFL's Algorithm 1 terms (raw, before the bars)
+                for c in range(len(u)):
+                    self.recorder.add("estimation", step=t, client=m, center=c, l=float(diag["l"][c]),
+                                      d1=float(diag["d1"][c]), d2=float(diag["d2"][c]),
+                                      score=float(diag["scores"][c]), alpha=float(diag["alpha"][c]),
+                                      rejected=bool(diag["rejected"][c]))
             self.last_u[m] = u
         for s, share in enumerate(up["shares"]):
             self.recorder.add("clients", step=t, client=m, distribution=s, share=float(share),

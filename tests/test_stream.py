@@ -73,6 +73,19 @@ def test_stream_writes_the_contract(tmp_path, fm, name):
     assert r.summary["uploads"] == 24 and r.summary["kl"] >= 0
     assert 0 <= r.summary["cli_bfr"] <= 1 and 0 <= r.summary["cli_aft"] <= 1 and 0 <= r.summary["cluster_acc"] <= 1
     assert sorted(m[m.scope == "cluster"].step.unique()) == [0, 8, 16, 24]
+    if name == "fedsoft_async":  # the clients estimate; the server has no Algorithm 1 terms
+        assert not (r.run_dir / "estimation.parquet").exists()
+        return
+    e = r.table("estimation")  # CCFL: Algorithm 1's terms of every fresh upload, per cluster
+    fresh = r.summary["uploads"] - r.summary["stale_uploads"]  # stale uploads reuse the last estimate
+    assert len(e) == 3 * fresh > 0 and set(e.step) <= set(w.step)
+    scores = e.pivot(index="step", columns="center", values="score")
+    np.testing.assert_allclose(scores.sum(axis=1), 1.0)  # the c1/c2 combination sums to 1
+    z = np.exp(7.0 * scores.to_numpy())  # the default amplifier A = 7
+    u = w.pivot(index="step", columns="center", values="estimate").loc[scores.index].to_numpy()
+    np.testing.assert_allclose(u, z / z.sum(axis=1, keepdims=True), rtol=1e-9)
+    assert (e.l > 0).all() and (e.d1 >= 0).all() and (e.d2 > 0).all()
+    assert e.alpha.between(0.0, 0.025).all() and (e.groupby("step").alpha.max() > 0).any()
 
 
 @pytest.mark.ray

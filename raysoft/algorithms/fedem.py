@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ..config import FedEMConfig
 from ..optim import SGD, Adam
 from ..params import add_terms, get_flat, set_flat
-from ..training import evaluate, model_losses
+from ..training import evaluate, model_losses, outputs
 from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
 from ..rng import numpy_rng
@@ -77,7 +77,7 @@ def mixture_metrics(scratch: torch.nn.Module, learners: torch.Tensor, pi: torch.
     for vec in learners:
         set_flat(scratch, vec)
         scratch.eval()
-        out = scratch(x)
+        out = outputs(scratch, x)
         outs.append(out if task == "regression" else F.softmax(out, dim=-1))
     mix = sum(w * o for w, o in zip(pi.tolist(), outs))
     if task == "regression":
