@@ -7,8 +7,9 @@ departures of jobs/ccfl_fmnist_k4_small.yaml.
                                          [--public 400] [--set k=v ...] [--out runs/ccfl_table1]
 
 Each K is one ``raysoft compare`` (its comparison directory holds the three runs); one Markdown
-row per K is printed as soon as it is done: Cli Bfr, Cli Aft and Cluster per method (means over
-all uploads and all cluster evaluations), Local's Cli Bfr, the mean KL of CCFL and FedSoft-Async,
+row per K is printed as soon as it is done: Cli Bfr, Cli Aft and Cluster per method (summary.json's
+cli_bfr, cli_aft: means over clients at their final cycle; cluster_acc: averaged over every
+cluster evaluation), Local's Cli Bfr, the mean KL of CCFL and FedSoft-Async,
 the bytes each downloads per client, and the minutes the comparison took.
 """
 

@@ -16,6 +16,8 @@ from raysoft.algorithms.ccfl import (
     alpha2,
     amplify,
     client_objective_gradient,
+    kl_floor,
+    largest_weight,
     client_start,
     client_update,
     cluster_losses,
@@ -360,3 +362,30 @@ def test_the_amplified_estimate_is_capped_well_below_a_dominant_share():
     np.testing.assert_allclose(best, [1 / 3, 2 / 9, 2 / 9, 2 / 9])
     u = amplify(best, [7.0])
     assert u[0] == pytest.approx(np.exp(7 / 9) / (np.exp(7 / 9) + 3)) == pytest.approx(0.4205, abs=1e-4)
+    assert largest_weight(4, [7.0]) == pytest.approx(u[0])
+    # Table 2's other FMNIST rows: K = 2, A = 3 scores [1, 0]; K = 3, A = 3 scores [1/2, 1/4, 1/4]
+    assert largest_weight(2, [3.0]) == pytest.approx(np.exp(3) / (np.exp(3) + 1))
+    assert largest_weight(3, [3.0]) == pytest.approx(1 / (1 + 2 * np.exp(-3 / 4)))
+    assert largest_weight(1, [7.0]) == 1.0
+    # no non-negative input does better, whatever c1 and c2
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        l, d1, d2 = rng.exponential(size=(3, 4)) * (rng.random((3, 4)) < 0.8)
+        c1 = rng.random()
+        u = amplify(combine_scores(l, d1, d2, c1, (1 - c1) * rng.random()), [7.0])
+        assert u.max() <= largest_weight(4, [7.0]) + 1e-12
+
+
+def test_the_kl_floor_of_a_capped_estimator():
+    """The least mean KL(true || estimate) when no weight may exceed the cap and the main share
+    is uniform on [0.4, 0.9]: the closed form equals a numerical mean of the binary KL."""
+    s = np.linspace(0.4, 0.9, 200001)
+    for cap in (0.2671, 0.4205, 0.5142, 0.75):
+        binary = np.where(s > cap, s * np.log(s / cap) + (1 - s) * np.log((1 - s) / (1 - cap)), 0.0)
+        trapezoid = float((binary[:-1] + binary[1:]).mean() / 2)
+        assert kl_floor(cap) == pytest.approx(trapezoid, rel=1e-6, abs=1e-12)
+    assert kl_floor(0.9) == kl_floor(0.95) == 0.0  # every share fits under the cap
+    # one share, by hand: s in [0.5, 0.5 + eps] against cap 0.25 -> KL(0.5 || 0.25) = ln 2 / 2 + ln(2/3) / 2
+    assert kl_floor(0.25, 0.5, 0.5 + 1e-7) == pytest.approx(0.5 * np.log(2) + 0.5 * np.log(0.5 / 0.75), rel=1e-5)
+    with pytest.raises(ValueError, match="cap"):
+        kl_floor(0.0)

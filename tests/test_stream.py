@@ -233,3 +233,19 @@ def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     assert f"| ccfl | {table.loc['ccfl', 'cli_bfr']:.3f} | {table.loc['ccfl', 'cli_aft']:.3f} |" in md
     with pytest.raises(raysoft.ConfigError, match="fedsoft runs synchronous rounds"):
         compare(_stream_config(fm), ["ccfl", "fedsoft"], out=tmp_path)
+    # jobs/ccfl_estimate_cap.py reads the comparison: the cap and the measured estimates
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "jobs" / "ccfl_estimate_cap.py"
+    out = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if line.startswith(f"| {path} |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    weights = pd.read_parquet(path / "ccfl" / "weights.parquet")
+    assert cells[1:4] == ["3", "[7.0]", "0.742"]  # K = 3, the default A = 7: e^(7/4) / (e^(7/4) + 2)
+    assert float(cells[4]) == pytest.approx(weights.estimate.max(), abs=5e-4) and weights.estimate.max() <= 0.742
+    assert cells[5].endswith(" of " + str(pd.read_parquet(path / "ccfl" / "estimation.parquet").step.nunique()))
+    assert cells[6] == f"{table.loc['ccfl', 'kl']:.3f}" and cells[8] == f"{table.loc['fedsoft_async', 'kl']:.3f}"
+    assert "| fmnist(4) | 4 | [7.0] | 0.420 | 0.154 |" in out
+    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

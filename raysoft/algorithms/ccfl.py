@@ -321,6 +321,40 @@ def amplify(scores: np.ndarray, amplifier: Sequence[float]) -> np.ndarray:
     return u
 
 
+def largest_weight(k: int, amplifier: Sequence[float]) -> float:
+    """The largest weight Algorithm 1 can give one cluster when every bar-shifted value is
+    non-negative. Each bracket sum_{i != k} v_i / sum_i v_i then lies in [0, 1] and the brackets
+    sum to K - 1, so a score is at most 1/(K-1), reached when cluster k's values are all 0; the
+    other K - 1 scores then share (K-2)/(K-1), and the softmax gives k the most when they are
+    equal. Independent of c1 and c2 (every term at its extreme at once)."""
+    if k == 1:
+        return 1.0
+    best = np.full(k, (k - 2) / (k - 1) ** 2)
+    best[0] = 1.0 / (k - 1)
+    return float(amplify(best, amplifier)[0])
+
+
+def kl_floor(cap: float, low: float = 0.4, high: float = 0.9) -> float:
+    """The least mean KL(true || estimate) an estimator whose weights never exceed ``cap`` can
+    reach when the main cluster's share is uniform on [low, high] (papers/ccfl.md A.1: 40-90%).
+    For a share s > cap the best estimate gives the main cluster ``cap`` and the others cap's
+    complement in the true proportions, leaving the binary KL(s || cap); s <= cap costs nothing.
+    The mean is the exact integral of that over [low, high]."""
+    if not 0.0 < cap <= 1.0 or not 0.0 <= low < high <= 1.0:
+        raise ValueError(f"need 0 < cap <= 1 and 0 <= low < high <= 1, got {cap}, {low}, {high}")
+    a = max(low, cap)
+    if a >= high:
+        return 0.0
+
+    def antiderivative(s: float) -> float:  # of s ln(s/cap) + (1 - s) ln((1 - s)/(1 - cap)) ds
+        def xlogx_integral(x: float) -> float:  # of x ln x dx = x^2/2 ln x - x^2/4 (0 at x = 0)
+            return 0.0 if x <= 0.0 else x * x / 2 * math.log(x) - x * x / 4
+        return (xlogx_integral(s) - math.log(cap) * s * s / 2 - xlogx_integral(1 - s)
+                + math.log(1 - cap) * (1 - s) ** 2 / 2)  # cap < 1 here: s > cap is possible
+
+    return (antiderivative(high) - antiderivative(a)) / (high - low)
+
+
 def estimate_distribution(scratch: nn.Module, w: Params, models: torch.Tensor, val_sets: ValSets,
                           params: CCFLParams, task: str = "classification",
                           own_losses: np.ndarray | None = None) -> Estimate:
@@ -481,6 +515,6 @@ __all__ = [
     "TABLE2", "CCFLParams", "CCFLServerState", "Estimate", "adjustment_active", "adjustment_rejects",
     "alpha1", "alpha2", "amplify", "client_objective_gradient", "client_start", "client_update",
     "cluster_losses", "combine_scores", "dataset_losses", "estimate_distribution", "init_server_state",
-    "initial_reply", "is_stale", "model_distances", "on_upload", "personalised_model", "reduce_losses",
+    "initial_reply", "is_stale", "kl_floor", "largest_weight", "model_distances", "on_upload", "personalised_model", "reduce_losses",
     "self_losses", "stale_estimate", "stale_reply", "subtract_bar", "update_clusters", "update_ratios",
 ]

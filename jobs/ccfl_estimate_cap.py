@@ -1,0 +1,67 @@
+"""How close can CCFL's estimate get to the truth? (papers/ccfl.md Algorithm 1, Table 2, A.1)
+
+    .venv/bin/python jobs/ccfl_estimate_cap.py [RUN_DIR ...]
+
+For each row of Table 2 (dataset, K, A) it prints the largest weight Algorithm 1 can give
+one cluster while every bar-shifted value is non-negative (raysoft.algorithms.ccfl.
+largest_weight) and the least mean KL(true || estimate) such a capped estimator can reach on the
+paper's drift, whose main share is uniform on 40-90% (kl_floor). For each CCFL run directory,
+or comparison directory of `raysoft compare` (holding ccfl/ and, optionally, fedsoft_async/), it
+then prints what the run measured: CCFL's largest estimate, how many fresh uploads had a loss l_k below l_bar (a negative
+shifted value: the only way past the cap), and the mean KL of CCFL and FedSoft-Async.
+A missing or unreadable directory is a one-line error with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from raysoft.algorithms.ccfl import TABLE2, kl_floor, largest_weight
+
+
+def fail(message: str) -> None:
+    print(f"ccfl_estimate_cap: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def measured(path: Path) -> str:
+    ccfl = path / "ccfl" if (path / "ccfl").is_dir() else path  # a comparison or one CCFL run
+    try:
+        summary = json.loads((ccfl / "summary.json").read_text())
+        config = yaml.safe_load((ccfl / "config.yaml").read_text())
+        est = pd.read_parquet(ccfl / "estimation.parquet")
+        weights = pd.read_parquet(ccfl / "weights.parquet")
+        a = config["algorithm"]
+        k, bar = int(config["data"]["distributions"]), a["l_bar"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"{path} is not a CCFL run (or comparison) that wrote estimation.parquet ({e})")
+    below = est.groupby("step").l.min() < float(bar) if bar != "min" else pd.Series(False, index=est.step.unique())
+    other = path / "fedsoft_async" / "summary.json"
+    fs_kl = f"{json.loads(other.read_text())['kl']:.3f}" if other.exists() else "-"
+    cap = largest_weight(k, a["amplifier"])
+    return (f"| {path} | {k} | {a['amplifier']} | {cap:.3f} | {weights.estimate.max():.3f} | "
+            f"{int(below.sum())} of {len(below)} | {summary['kl']:.3f} | {kl_floor(cap):.3f} | {fs_kl} |")
+
+
+def main(argv: list[str]) -> None:
+    rows = [measured(Path(name)) for name in argv]  # every directory is read before anything prints
+    print("| Table 2 row | K | A | largest weight | least mean KL (main share 40-90%) |")
+    print("|---|---|---|---|---|")
+    for (dataset, k), row in TABLE2.items():
+        cap = largest_weight(k, row["amplifier"])
+        print(f"| {dataset}({k}) | {k} | {list(row['amplifier'])} | {cap:.3f} | {kl_floor(cap):.3f} |")
+    if rows:
+        print()
+        print("| run | K | A | cap | largest estimate | uploads with l_k < l_bar | KL CCFL | floor | "
+              "KL FedSoft-Async |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
