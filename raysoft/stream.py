@@ -225,7 +225,7 @@ class StreamCoordinator:
     # everything a checkpoint must hold to continue the stream exactly (no random state: every
     # draw is derived from (seed, purpose, ids))
     CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
-                    "last_shares", "last_vtime", "kl", "stale", "_center_scores", "_means", "totals",
+                    "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "_center_scores", "_means", "totals",
                     "final_before", "final_after", "cluster_history", "finished")
 
     def __init__(self, cfg: Config, executor, run_id: str, run_dir: str | None = None, resume: bool = False) -> None:
@@ -257,6 +257,7 @@ class StreamCoordinator:
         self.last_shares: dict[int, np.ndarray] = {}
         self.last_vtime: dict[int, float] = {}
         self.kl: list[float] = []
+        self.kl_fresh: list[float] = []  # uploads whose estimate was made for them (not reused)
         self.stale = 0
         self.started = False
         self._center_scores: np.ndarray | None = None
@@ -307,7 +308,8 @@ class StreamCoordinator:
             return
         self.executor.set_states(blob["clients"])
         for name in self.CHECKPOINTED:
-            setattr(self, name, blob[name])
+            if name in blob:  # a field added since the checkpoint keeps its initial value
+                setattr(self, name, blob[name])
         self.recorder.columns = {**self.recorder.columns, **blob["recorder"]}  # tables added since
         self.start = time.monotonic() - blob["elapsed"]
 
@@ -368,6 +370,8 @@ class StreamCoordinator:
             u = np.asarray(diag["u"], dtype=float)
             kl = kl_divergence(up["shares"], u)
             self.kl.append(kl)
+            if "scores" in diag or self.a.name == "fedsoft_async":  # FedSoft-Async's clients always estimate
+                self.kl_fresh.append(kl)
             self._row("client", m, -1, "kl", kl, vtime=vt)
             self._row("client", m, -1, "staleness", diag["staleness"], vtime=vt)
             for c, est in enumerate(u):
@@ -480,6 +484,7 @@ class StreamCoordinator:
         out.update(cli_bfr=final(self.final_before), cli_aft=final(self.final_after),
                    cluster_acc=float(np.mean(self.cluster_history)) if self.cluster_history else None,
                    kl=float(np.mean(self.kl)) if self.kl else None,
+                   kl_fresh_estimates=float(np.mean(self.kl_fresh)) if self.kl_fresh else None,
                    cli_bfr_all_uploads=means.get("accuracy_before"), cli_aft_all_uploads=means.get("accuracy_after"),
                    cluster_acc_final=float(np.mean(np.diag(scores))) if scores.shape[1] else None)
         n, tot = self.cfg.data.clients, self.totals

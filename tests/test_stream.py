@@ -73,8 +73,10 @@ def test_stream_writes_the_contract(tmp_path, fm, name):
     assert r.summary["uploads"] == 24 and r.summary["kl"] >= 0
     assert 0 <= r.summary["cli_bfr"] <= 1 and 0 <= r.summary["cli_aft"] <= 1 and 0 <= r.summary["cluster_acc"] <= 1
     assert sorted(m[m.scope == "cluster"].step.unique()) == [0, 8, 16, 24]
+    kl = client[client.metric == "kl"].set_index("step").value
     if name == "fedsoft_async":  # the clients estimate; the server has no Algorithm 1 terms
         assert not (r.run_dir / "estimation.parquet").exists()
+        assert r.summary["kl_fresh_estimates"] == pytest.approx(r.summary["kl"])  # every mu is fresh
         return
     e = r.table("estimation")  # CCFL: Algorithm 1's terms of every fresh upload, per cluster
     fresh = r.summary["uploads"] - r.summary["stale_uploads"]  # stale uploads reuse the last estimate
@@ -86,6 +88,9 @@ def test_stream_writes_the_contract(tmp_path, fm, name):
     np.testing.assert_allclose(u, z / z.sum(axis=1, keepdims=True), rtol=1e-9)
     assert (e.l > 0).all() and (e.d1 >= 0).all() and (e.d2 > 0).all()
     assert e.alpha.between(0.0, 0.025).all() and (e.groupby("step").alpha.max() > 0).any()
+    # the KL of the estimates made at their upload; stale uploads reuse the client's last one
+    assert r.summary["kl_fresh_estimates"] == pytest.approx(kl[kl.index.isin(e.step)].mean())
+    assert r.summary["kl"] == pytest.approx(kl.mean())
 
 
 @pytest.mark.ray
@@ -245,7 +250,9 @@ def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     assert cells[1:4] == ["3", "[7.0]", "0.742"]  # K = 3, the default A = 7: e^(7/4) / (e^(7/4) + 2)
     assert float(cells[4]) == pytest.approx(weights.estimate.max(), abs=5e-4) and weights.estimate.max() <= 0.742
     assert cells[5].endswith(" of " + str(pd.read_parquet(path / "ccfl" / "estimation.parquet").step.nunique()))
-    assert cells[6] == f"{table.loc['ccfl', 'kl']:.3f}" and cells[8] == f"{table.loc['fedsoft_async', 'kl']:.3f}"
+    ccfl = json.loads((path / "ccfl" / "summary.json").read_text())
+    assert cells[6] == f"{table.loc['ccfl', 'kl']:.3f}" and cells[9] == f"{table.loc['fedsoft_async', 'kl']:.3f}"
+    assert cells[7] == f"{ccfl['kl_fresh_estimates']:.3f}"
     assert "| fmnist(4) | 4 | [7.0] | 0.420 | 0.154 |" in out
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "nowhere")], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
