@@ -7,9 +7,10 @@ one cluster while every bar-shifted value is non-negative (raysoft.algorithms.cc
 largest_weight) and the least mean KL(true || estimate) such a capped estimator can reach on the
 paper's drift, whose main share is uniform on 40-90% (kl_floor). For each CCFL run directory,
 or comparison directory of `raysoft compare` (holding ccfl/ and, optionally, fedsoft_async/), it
-then prints what the run measured: CCFL's largest estimate, how many fresh uploads had a loss l_k below l_bar (a negative
-shifted value: the only way past the cap), and the mean KL of CCFL (over all uploads, and over
-the fresh ones whose estimate was made for them) and of FedSoft-Async.
+then prints what the run measured: CCFL's largest estimate, its smallest l_k, how many fresh uploads had a loss l_k below
+l_bar (a negative shifted value: the only way past the cap), how often the largest weight was on
+the upload's true main cluster, and the mean KL of CCFL (over all uploads, and over the fresh
+ones whose estimate was made for them); for FedSoft-Async the same hit rate and mean KL.
 A missing or unreadable directory is a one-line error with exit code 2.
 """
 
@@ -30,8 +31,17 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def main_first(run: Path) -> float:
+    """The fraction of uploads whose largest estimated weight is on their true main cluster."""
+    w = pd.read_parquet(run / "weights.parquet").pivot(index=["step", "client"], columns="center", values="estimate")
+    truth = pd.read_parquet(run / "clients.parquet").pivot(index=["step", "client"], columns="distribution",
+                                                          values="share")
+    return float((w.to_numpy().argmax(axis=1) == truth.loc[w.index].to_numpy().argmax(axis=1)).mean())
+
+
 def measured(path: Path) -> str:
     ccfl = path / "ccfl" if (path / "ccfl").is_dir() else path  # a comparison or one CCFL run
+    other = path / "fedsoft_async"
     try:
         summary = json.loads((ccfl / "summary.json").read_text())
         config = yaml.safe_load((ccfl / "config.yaml").read_text())
@@ -40,16 +50,17 @@ def measured(path: Path) -> str:
         metrics = pd.read_parquet(ccfl / "metrics.parquet", filters=[("metric", "==", "kl")])
         a = config["algorithm"]
         k, bar = int(config["data"]["distributions"]), a["l_bar"]
+        first = main_first(ccfl)
+        fs = (f"{main_first(other):.3f} | {json.loads((other / 'summary.json').read_text())['kl']:.3f}"
+              if other.is_dir() else "- | -")
     except (OSError, ValueError, KeyError, TypeError) as e:
         fail(f"{path} is not a CCFL run (or comparison) that wrote estimation.parquet ({e})")
     below = est.groupby("step").l.min() < float(bar) if bar != "min" else pd.Series(False, index=est.step.unique())
-    other = path / "fedsoft_async" / "summary.json"
-    fs_kl = f"{json.loads(other.read_text())['kl']:.3f}" if other.exists() else "-"
     cap = largest_weight(k, a["amplifier"])
     fresh = metrics[metrics.step.isin(est.step)].value.mean()  # stale uploads reuse an estimate
-    return (f"| {path} | {k} | {a['amplifier']} | {cap:.3f} | {weights.estimate.max():.3f} | "
-            f"{int(below.sum())} of {len(below)} | {summary['kl']:.3f} | {fresh:.3f} | {kl_floor(cap):.3f} | "
-            f"{fs_kl} |")
+    return (f"| {path} | {k} | {a['amplifier']} | {cap:.3f} | {weights.estimate.max():.3f} | {est.l.min():.1f} | "
+            f"{int(below.sum())} of {len(below)} | {first:.3f} | {summary['kl']:.3f} | {fresh:.3f} | "
+            f"{kl_floor(cap):.3f} | {fs} |")
 
 
 def main(argv: list[str]) -> None:
@@ -61,9 +72,10 @@ def main(argv: list[str]) -> None:
         print(f"| {dataset}({k}) | {k} | {list(row['amplifier'])} | {cap:.3f} | {kl_floor(cap):.3f} |")
     if rows:
         print()
-        print("| run | K | A | cap | largest estimate | uploads with l_k < l_bar | KL CCFL | "
-              "KL CCFL, fresh estimates | floor | KL FedSoft-Async |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| run | K | A | cap | largest estimate | smallest l_k | uploads with l_k < l_bar | "
+              "main cluster first | KL CCFL | KL CCFL, fresh estimates | floor | "
+              "FedSoft-Async: main cluster first | KL FedSoft-Async |")
+        print("|---" * 13 + "|")
         print("\n".join(rows))
 
 
