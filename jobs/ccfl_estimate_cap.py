@@ -7,10 +7,11 @@ one cluster while every bar-shifted value is non-negative (raysoft.algorithms.cc
 largest_weight) and the least mean KL(true || estimate) such a capped estimator can reach on the
 paper's drift, whose main share is uniform on 40-90% (kl_floor). For each CCFL run directory,
 or comparison directory of `raysoft compare` (holding ccfl/ and, optionally, fedsoft_async/), it
-then prints what the run measured: CCFL's largest estimate, its smallest l_k, how many fresh uploads had a loss l_k below
-l_bar (a negative shifted value: the only way past the cap), how often the largest weight was on
-the upload's true main cluster, and the mean KL of CCFL (over all uploads, and over the fresh
-ones whose estimate was made for them); for FedSoft-Async the same hit rate and mean KL.
+then prints what the run measured: CCFL's largest estimate, its smallest l_k, how many fresh
+uploads had a loss l_k below l_bar (a negative shifted value: the only way past the cap), how
+often the largest weight was on the upload's true main cluster, and the mean KL of CCFL (over
+all uploads, and over the fresh ones whose estimate was made for them); for FedSoft-Async the
+same hit rate and mean KL.
 A missing or unreadable directory is a one-line error with exit code 2.
 """
 
