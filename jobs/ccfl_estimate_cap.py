@@ -32,9 +32,10 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def main_first(run: Path) -> float:
-    """The fraction of uploads whose largest estimated weight is on their true main cluster."""
-    w = pd.read_parquet(run / "weights.parquet").pivot(index=["step", "client"], columns="center", values="estimate")
+def main_first(run: Path, weights: pd.DataFrame) -> float:
+    """The fraction of uploads whose largest estimated weight (``weights``: the run's
+    weights.parquet) is on their true main cluster."""
+    w = weights.pivot(index=["step", "client"], columns="center", values="estimate")
     truth = pd.read_parquet(run / "clients.parquet").pivot(index=["step", "client"], columns="distribution",
                                                           values="share")
     return float((w.to_numpy().argmax(axis=1) == truth.loc[w.index].to_numpy().argmax(axis=1)).mean())
@@ -51,9 +52,9 @@ def measured(path: Path) -> str:
         metrics = pd.read_parquet(ccfl / "metrics.parquet", filters=[("metric", "==", "kl")])
         a = config["algorithm"]
         k, bar = int(config["data"]["distributions"]), a["l_bar"]
-        first = main_first(ccfl)
-        fs = (f"{main_first(other):.3f} | {json.loads((other / 'summary.json').read_text())['kl']:.3f}"
-              if other.is_dir() else "- | -")
+        first = main_first(ccfl, weights)
+        fs = (f"{main_first(other, pd.read_parquet(other / 'weights.parquet')):.3f} | "
+              f"{json.loads((other / 'summary.json').read_text())['kl']:.3f}" if other.is_dir() else "- | -")
     except (OSError, ValueError, KeyError, TypeError) as e:
         fail(f"{path} is not a CCFL run (or comparison) that wrote estimation.parquet ({e})")
     below = est.groupby("step").l.min() < float(bar) if bar != "min" else pd.Series(False, index=est.step.unique())

@@ -27,7 +27,6 @@ from .errors import ClientFailure, UpdateError  # noqa: F401 - re-exported
 from .data import Federation
 from .evaluation import HEADLINE, LOWER_IS_BETTER, evaluate_centers, summarize
 from .models import build_model
-from .params import add_terms
 from .results import Recorder, write_tables
 
 log = logging.getLogger(__name__)
@@ -325,9 +324,7 @@ class Coordinator:
         self._report_late(call.op)
         results = self._check_updates(call.op, results, t)
         split = {k: split_result(results[k], red.part) for k in sorted(results)}
-        plan = red.plan({k: v[1] for k, v in split.items()})
-        start = None if plan.start is None else plan.start.clone()
-        value = add_terms(plan.terms, {k: v[0] for k, v in split.items()}, start) if plan.terms else start
+        value = red.plan({k: v[1] for k, v in split.items()}).apply({k: v[0] for k, v in split.items()})
         return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
 
     def run_round(self) -> dict[str, Any]:

@@ -157,8 +157,10 @@ class ClientHost:
         return add_terms(terms, kept, acc)
 
     def accumulate(self, plan: Plan) -> torch.Tensor:
-        """The whole plan here (the in-process backend: every client is in this host)."""
-        return self.add_terms(plan.terms, None if plan.start is None else plan.start.clone())
+        """The whole plan here (the in-process backend: every client is in this host); then
+        drops the kept results."""
+        kept, self.kept = self.kept, {}
+        return plan.apply(kept)
 
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected

@@ -370,13 +370,14 @@ class StreamCoordinator:
             u = np.asarray(diag["u"], dtype=float)
             kl = kl_divergence(up["shares"], u)
             self.kl.append(kl)
-            if "scores" in diag or self.a.name == "fedsoft_async":  # FedSoft-Async's clients always estimate
+            estimated = "scores" in diag  # CCFL estimated at this upload (a stale one reuses the last u)
+            if estimated or self.a.name == "fedsoft_async":  # FedSoft-Async's clients always estimate
                 self.kl_fresh.append(kl)
             self._row("client", m, -1, "kl", kl, vtime=vt)
             self._row("client", m, -1, "staleness", diag["staleness"], vtime=vt)
             for c, est in enumerate(u):
                 self.recorder.add("weights", step=t, client=m, center=c, estimate=float(est))
-            if "scores" in diag:  # CCFL's Algorithm 1 terms (raw, before the bars)
+            if estimated:  # CCFL's Algorithm 1 terms (raw, before the bars)
                 for c in range(len(u)):
                     self.recorder.add("estimation", step=t, client=m, center=c, l=float(diag["l"][c]),
                                       d1=float(diag["d1"][c]), d2=float(diag["d2"][c]),

@@ -24,7 +24,7 @@ A round's diagnostics with ``weights_updated: True`` make the coordinator record
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Protocol
+from typing import Any, Callable, Generator, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from torch import nn
 from ..config import Config
 from ..data import ClientData
 from ..models import DataInfo, build_model
+from ..params import add_terms
 from ..rng import torch_generator
 
 
@@ -53,6 +54,11 @@ class Plan:
     start: torch.Tensor | None
     terms: dict[int, tuple[int | None, float]]
 
+    def apply(self, parts: Mapping[int, torch.Tensor]) -> torch.Tensor | None:
+        """The sum, ``parts[k]`` being client k's summed part, added into ``start`` in place
+        (:func:`~raysoft.params.add_terms`); ``start`` (None too) when there is no term."""
+        return add_terms(self.terms, parts, self.start) if self.terms else self.start
+
 
 class Reduction:
     """A sum of the clients' results that a backend may run where the clients are (in client-id
@@ -63,7 +69,8 @@ class Reduction:
     part: int | None = None
 
     def plan(self, rest: dict[int, Any]) -> Plan:
-        """The sum over the clients in ``rest`` (those whose result is finite)."""
+        """The sum over the clients in ``rest`` (those whose result is finite). Its ``start`` is
+        a new tensor (the sum is added into it), never one of the reduction's own."""
         raise NotImplementedError
 
 

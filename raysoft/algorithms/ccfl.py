@@ -516,5 +516,6 @@ __all__ = [
     "alpha1", "alpha2", "amplify", "client_objective_gradient", "client_start", "client_update",
     "cluster_losses", "combine_scores", "dataset_losses", "estimate_distribution", "init_server_state",
     "initial_reply", "is_stale", "kl_floor", "largest_weight", "model_distances", "on_upload",
-    "personalised_model", "reduce_losses", "self_losses", "stale_estimate", "stale_reply", "subtract_bar", "update_clusters", "update_ratios",
+    "personalised_model", "reduce_losses", "self_losses", "stale_estimate", "stale_reply", "subtract_bar",
+    "update_clusters", "update_ratios",
 ]

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ..config import FedEMConfig
 from ..optim import SGD, Adam
-from ..params import add_terms, get_flat, set_flat
+from ..params import get_flat, set_flat
 from ..training import evaluate, model_losses, outputs
 from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
@@ -65,8 +65,7 @@ class LearnerAverage(Reduction):
 
 def aggregate_learners(old: torch.Tensor, updates: dict[int, torch.Tensor], sizes: np.ndarray) -> torch.Tensor:
     """theta_m = sum_{t in S} (n_t/n) theta_m^(t) + (1 - sum_{t in S} n_t/n) theta_m^old."""
-    plan = LearnerAverage(sizes, old).plan(dict.fromkeys(updates))
-    return add_terms(plan.terms, updates, plan.start)
+    return LearnerAverage(sizes, old).plan(dict.fromkeys(updates)).apply(updates)
 
 
 @torch.no_grad()

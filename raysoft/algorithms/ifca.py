@@ -23,7 +23,7 @@ import torch
 
 from ..config import IFCAConfig
 from ..optim import SGD, Adam
-from ..params import Params, add_terms, get_flat, set_flat
+from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import full_gradient
 from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
@@ -64,14 +64,12 @@ class CenterUpdate(Reduction):
 def average_members(assignments: dict[int, int], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Option II: theta_j = plain average of the models of the clients that chose j; empty
     clusters keep their center."""
-    plan = CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models})
-    return add_terms(plan.terms, models, plan.start)
+    return CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models}).apply(models)
 
 
 def gradient_step(assignments: dict[int, int], grads: dict[int, Params], old: torch.Tensor, lr: float) -> torch.Tensor:
     """Option I: theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m = number of selected clients."""
-    plan = CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads})
-    return add_terms(plan.terms, grads, plan.start)
+    return CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads}).apply(grads)
 
 
 def one_hot(assignment: np.ndarray, k: int) -> np.ndarray:
