@@ -1,0 +1,119 @@
+"""Pinned digests of every algorithm's results on small fixed-seed runs.
+
+The digests were computed before the code was reorganised into its present layout; a change
+that moves code around must leave every number bit-identical. A change that means to alter the
+numbers (a new default, a bug fix) updates the digest it changes and says why in its commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import raysoft
+
+from conftest import small_config
+from test_images import write_fmnist
+
+# table -> the columns whose values are pinned (time and run ids vary between runs)
+PINNED = {
+    "metrics": ["step", "scope", "entity", "eval_dist", "metric", "value", "virtual_time"],
+    "weights": ["step", "client", "center", "estimate"],
+    "assignments": ["client", "predicted", "truth"],
+    "estimation": ["step", "client", "center", "l", "d1", "d2", "score", "alpha", "rejected"],
+}
+
+
+def digest(run) -> str:
+    """sha256 over the pinned columns of every table the run wrote, values at full precision."""
+    h = hashlib.sha256()
+    for table, cols in PINNED.items():
+        path = run.run_dir / f"{table}.parquet"
+        if not path.exists():
+            continue
+        df = pd.read_parquet(path)[cols]
+        for col in cols:
+            values = df[col].to_numpy()
+            if values.dtype.kind == "f":
+                h.update(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+            else:
+                h.update("\x1f".join(map(repr, values.tolist())).encode())
+        h.update(table.encode())
+    return h.hexdigest()[:16]
+
+
+SYNC = {
+    "fedsoft": dict(),
+    "fedsoft_full": dict(algorithm={"selection": "full"}),
+    "ifca": dict(algorithm={"name": "ifca", "clients_per_round": 6}, train={"optimizer": "sgd", "lr": 0.05}),
+    "ifca_gradient": dict(algorithm={"name": "ifca", "option": "gradient"}, train={"optimizer": "sgd", "lr": 0.05}),
+    "fedem": dict(algorithm={"name": "fedem"}, train={"optimizer": "sgd", "lr": 0.05}),
+    "fedavg": dict(algorithm={"name": "fedavg"}),
+    "local": dict(algorithm={"name": "local"}),
+    "fpfc": dict(algorithm={"name": "fpfc", "rounds": 6, "clients_per_round": 4, "eval_every": 3},
+                 data={"name": "fpfc_synthetic", "clients": 8, "distributions": 2},
+                 model={"name": "logistic"}, train={"optimizer": "sgd", "lr": 0.1, "batch_size": None}),
+    "fpfc_l1": dict(algorithm={"name": "fpfc_l1", "rounds": 6, "clients_per_round": 4, "eval_every": 3,
+                               "lam": 0.2, "pairs": "code"},
+                    data={"name": "fpfc_synthetic", "clients": 8, "distributions": 2},
+                    model={"name": "logistic"}, train={"optimizer": "sgd", "lr": 0.1, "batch_size": None}),
+}
+
+STREAMS = {
+    "ccfl": dict(),
+    "ccfl_shift": dict(upload_policy="shift"),
+    "fedsoft_async": dict(name="fedsoft_async"),
+    "local_stream": dict(name="local_stream"),
+}
+
+EXPECTED = {
+    "fedsoft": "1b8eafeeec175a23",
+    "fedsoft_full": "bc97a63743701042",
+    "ifca": "841c7a7832a81cb3",
+    "ifca_gradient": "773036ef87ed0e3e",
+    "fedem": "7517ae4065da8de9",
+    "fedavg": "413276a6503300e8",
+    "local": "4e215d7899927be4",
+    "fpfc": "7be0c472cbd9fec5",
+    "fpfc_l1": "45b9dc6bf45d42d7",
+    "ccfl": "69c3ef417c53e9d3",
+    "ccfl_shift": "60f3800301f59776",
+    "fedsoft_async": "4fc573206b23c6b7",
+    "local_stream": "923e4a1a23b37285",
+}
+
+
+def stream_config(root, name="ccfl", **algo):
+    """A tiny stream on Fashion-MNIST-format files: 6 clients, 3 clusters, 24 uploads."""
+    return small_config(
+        algorithm={"name": name, "rounds": 24, "eval_every": 8, "public_samples": 6, "pretrain_epochs": 1,
+                   "l_bar": "min", **algo},
+        data={"name": "fmnist", "clients": 6, "distributions": 3, "partition": "random", "samples_min": 10,
+              "samples_max": 20, "root": str(root), "test_samples": 8},
+        model={"name": "cnn", "channels": [2, 4], "hidden": 8},
+        train={"optimizer": "sgd", "lr": 0.05, "batch_size": 8, "local_epochs": 1},
+    )
+
+
+@pytest.fixture(scope="module")
+def fm_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fm-digest")
+    write_fmnist(root)
+    return root
+
+
+@pytest.mark.parametrize("case", sorted(SYNC))
+def test_synchronous_digest(case, tmp_path):
+    run = raysoft.run(small_config(**SYNC[case]), out=tmp_path)
+    assert digest(run) == EXPECTED[case]
+
+
+@pytest.mark.parametrize("case", sorted(STREAMS))
+def test_stream_digest(case, fm_root, tmp_path):
+    algo = dict(STREAMS[case])
+    name = algo.pop("name", "ccfl")
+    run = raysoft.run(stream_config(fm_root, name, **algo), out=tmp_path)
+    assert digest(run) == EXPECTED[case]
