@@ -19,7 +19,7 @@ import numpy as np
 
 from raysoft.bench import workload_config
 from raysoft.config import parse_config
-from raysoft.host import ClientHost
+from raysoft.backends.host import ClientHost
 from raysoft.params import get_flat
 
 

@@ -47,7 +47,7 @@ class FedSoftConfig(AlgorithmConfig):
     estimation_interval: int = Field(2, ge=1, description="tau: rounds between importance estimations")
     sigma: float = Field(1e-4, ge=0.0, le=1.0, description="counter smoother: floor of u_ks")
     prox_weight: float = Field(1.0, ge=0.0, description="lambda of the proximal objective (4)")
-    num_centers: int | None = Field(None, ge=1, description="S of the algorithm; default data.distributions")
+    num_centers: int = Field(2, ge=1, description="S of the algorithm; default data.distributions")
     selection: Literal["sample", "full"] = Field(
         "sample",
         description="sample: K clients per cluster drawn with prob. v_sk, c_s = 1/K average; "
@@ -59,7 +59,7 @@ class IFCAConfig(AlgorithmConfig):
     """IFCA (Ghosh et al., NeurIPS'20): each selected client joins its lowest-loss center."""
 
     name: Literal["ifca"] = "ifca"
-    num_centers: int | None = Field(None, ge=1, description="k; default data.distributions")
+    num_centers: int = Field(2, ge=1, description="k; default data.distributions")
     option: Literal["model", "gradient"] = Field(
         "model", description="model: option II, local training + per-cluster model averaging; "
         "gradient: option I, one full-batch gradient, theta_j -= lr/m sum of members' gradients",
@@ -89,7 +89,7 @@ class FedEMConfig(AlgorithmConfig):
     """FedEM (Marfoq et al., NeurIPS'21): M shared learners, per-client mixture weights pi."""
 
     name: Literal["fedem"] = "fedem"
-    num_centers: int | None = Field(None, ge=1, description="M learners; default data.distributions")
+    num_centers: int = Field(2, ge=1, description="M learners; default data.distributions")
     lr_milestones: list[int] = Field(
         default_factory=list,
         description="multiply the lr by lr_decay after this many of the client's own rounds "
@@ -126,14 +126,15 @@ class FPFCConfig(AlgorithmConfig):
 
 
 class CCFLConfig(AlgorithmConfig):
-    """CCFL (papers/ccfl.md), its FedSoft-Async baseline and Local (``local_stream``: no server,
-    each client keeps training its own model on its drifting data): an asynchronous stream of uploads.
-    ``rounds`` is the number of uploads (global epochs; default clients x cycles), ``eval_every``
-    the uploads between cluster evaluations. Defaults: Table 2's FashionMNIST(4) row and section
-    5.1 (see raysoft/algorithms/ccfl.py's CCFLParams for every reading)."""
+    """CCFL, its FedSoft-Async baseline and Local (``local_stream``: no server, each client
+    keeps training its own model on its drifting data): an asynchronous stream of uploads.
+    ``rounds`` is the number of uploads (global epochs T; default clients x cycles), ``eval_every``
+    the uploads between cluster evaluations. Defaults: the CCFL paper's FashionMNIST (4 clusters)
+    row of Table 2 and section 5.1; :func:`raysoft.algorithms.ccfl.table2_settings` gives the
+    other rows. The choices where the paper is ambiguous are documented in docs/algorithms.md."""
 
     name: Literal["ccfl", "fedsoft_async", "local_stream"] = "ccfl"
-    rounds: int | None = Field(None, ge=1, description="uploads; default clients x cycles")  # type: ignore[assignment]
+    rounds: int = Field(2000, ge=1, description="uploads T; default data.clients x cycles")
     cycles: int = Field(25, ge=1, description="average upload-download cycles per client (FMNIST: 25)")
     clients_per_round: int = Field(1, ge=1, description="unused: clients upload when their clock says")
     eval_every: int = Field(100, ge=1, description="uploads between cluster evaluations")
@@ -147,19 +148,26 @@ class CCFLConfig(AlgorithmConfig):
     l_bar: float | Literal["min"] = 8.0
     d1_bar: float | Literal["min"] = 0.0
     d2_bar: float | Literal["min"] = 0.0
-    score_floor: float | None = Field(0.0, description="clamp after the bars (ALGORITHMS.md 5.4); null: none")
+    score_floor: float | None = Field(0.0, description="clamp after the bars (docs/algorithms.md); null: none")
     loss_reduction: Literal["batch_sum", "mean", "paper_scale"] = Field(
-        "batch_sum", description="scale of F(w; D_k): sum of batch-mean losses (batches of 128), the mean, or "
-        "paper_scale: the mean x 16, the batch sum of the paper's 2000-image D_k (for smaller D_k with its bars)"
+        "batch_sum", description="scale of F(w; D_k): sum of batch-mean losses (batches of loss_batch_size), the "
+        "mean, or paper_scale: the mean x ceil(2000 / loss_batch_size), the batch sum of the paper's 2000-image "
+        "D_k (for smaller D_k with its bars)"
     )
+    loss_batch_size: int = Field(128, ge=1, description="batch size of loss_reduction batch_sum (the paper's)")
     alpha0: float = Field(0.025, gt=0.0, le=1.0)
     alpha1_bar: float | Literal["ave"] = "ave"
     a: float = Field(10.0, ge=0.0)
     b: float = Field(5.0, ge=0.0)
-    tau0: int | None = Field(None, ge=0, description="staleness bound; default the number of clients")
+    tau0: int = Field(80, ge=0, description="staleness bound: t - tau > tau0 is stale; default data.clients")
     adjust_start: float | None = Field(0.5, ge=0.0, le=1.0, description="null: no global adjustment")
     adjust_percentile: float = Field(70.0, ge=0.0, le=100.0)
-    rho: float = Field(0.1, ge=0.0)
+    rho: float = Field(0.1, ge=0.0, description="weight of the client's proximal term (rho/2)||w - wbar||^2")
+    client_starts_from_reply: bool = Field(
+        True, description="a client trains from the reply it received (also its prox anchor); false: from its "
+        "own last local model"
+    )
+    sigma: float = Field(1e-4, ge=0.0, le=1.0, description="fedsoft_async: floor of the clients' mixture estimates")
     public_samples: int = Field(2000, ge=1, description="server's public images per cluster (pre-training, D_k)")
     pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training each cluster model [GUESS]")
     shared_init: bool = Field(
@@ -210,20 +218,20 @@ class DataConfig(Section):
     name: Literal["synthetic", "fpfc_synthetic", "fmnist", "emnist_letters", "cifar10", "cifar100"] = "synthetic"
     clients: int = Field(100, ge=1, description="N")
     distributions: int = Field(2, ge=1, description="S, the number of cluster distributions")
-    partition: Literal["10:90", "30:70", "linear", "random", "clusters"] | None = Field(
-        None, description="default 10:90 (fpfc_synthetic: clusters, client i wholly in distribution "
+    partition: Literal["10:90", "30:70", "linear", "random", "clusters"] = Field(
+        "10:90", description="default 10:90 (fpfc_synthetic: clusters, client i wholly in distribution "
         "i*S//N)"
     )
     samples_min: int = Field(100, ge=1)
     samples_max: int = Field(200, ge=1)
     test_samples: int = Field(1000, ge=1, description="holdout samples per distribution")
-    dim: int | None = Field(None, ge=1, description="synthetic input dimension; default 10 (fpfc_synthetic 60)")
+    dim: int = Field(10, ge=1, description="synthetic input dimension; default 10 (fpfc_synthetic 60)")
     classes: int = Field(10, ge=2, description="fpfc_synthetic: number of classes")
     theta_std: float = Field(
         10.0, gt=0.0, description="synthetic: sigma_0 of theta_s (paper 10; reference code sqrt(10))"
     )
-    noise_std: float | None = Field(
-        None, ge=0.0, description="synthetic: std of epsilon (default 1); fpfc_synthetic: std of the "
+    noise_std: float = Field(
+        1.0, ge=0.0, description="synthetic: std of epsilon (default 1); fpfc_synthetic: std of the "
         "logit noise (default 0.5)"
     )
     generator: Literal["fpfc", "fedprox"] = Field(
@@ -243,6 +251,20 @@ class DataConfig(Section):
         None, description="image datasets: rotation (degrees) of each distribution; default i*360/S "
         "(emnist_letters: lower/upper at 0, then both at 90)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, raw: Any) -> Any:
+        """Defaults that depend on the dataset, filled before validation (null: the default)."""
+        if not isinstance(raw, Mapping):
+            return raw
+        raw = dict(raw)
+        fpfc = raw.get("name") == "fpfc_synthetic"
+        for key, default in (("partition", "clusters" if fpfc else "10:90"), ("dim", 60 if fpfc else 10),
+                             ("noise_std", 0.5 if fpfc else 1.0)):
+            if raw.get(key) is None:
+                raw[key] = default
+        return raw
 
     @field_validator("partition", mode="before")
     @classmethod
@@ -264,14 +286,6 @@ class DataConfig(Section):
                 )
         if self.name == "emnist_letters" and self.distributions not in (1, 2, 4):
             raise ValueError(f"emnist_letters has 1, 2 or 4 distributions, got {self.distributions}")
-        fpfc = self.name == "fpfc_synthetic"
-        resolved = {
-            "partition": self.partition or ("clusters" if fpfc else "10:90"),
-            "dim": self.dim or (60 if fpfc else 10),
-            "noise_std": self.noise_std if self.noise_std is not None else (0.5 if fpfc else 1.0),
-        }
-        for key, value in resolved.items():
-            object.__setattr__(self, key, value)
         if self.partition in ("10:90", "30:70", "linear") and self.distributions != 2:
             raise ValueError(
                 f"partition {self.partition!r} needs distributions: 2 (got {self.distributions}); "
@@ -394,6 +408,50 @@ class Config(Section):
     output: OutputConfig = Field(default_factory=OutputConfig)
     faults: list[Fault] = Field(default_factory=list, description="fault injection, for testing recovery")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, raw: Any) -> Any:
+        """Defaults that depend on other sections, filled in the raw mapping before the
+        sections are validated and frozen: the algorithm's num_centers (data.distributions),
+        a stream's rounds (data.clients x cycles) and tau0 (data.clients)."""
+        if not isinstance(raw, Mapping):
+            return raw
+        raw = dict(raw)
+        algo, data = raw.get("algorithm", {}), raw.get("data", {})
+        if isinstance(algo, AlgorithmConfig):
+            given = {k: v for k, v in algo.model_dump().items() if k in algo.model_fields_set}
+            kind: type[AlgorithmConfig] | None = type(algo)
+        elif isinstance(algo, Mapping):
+            given = dict(algo)
+            name = given.get("name", "fedsoft")
+            kind = ALGORITHM_CONFIGS.get(name) if isinstance(name, str) else None
+        else:
+            return raw
+        for key in ("num_centers", "rounds", "tau0") if kind is CCFLConfig else ("num_centers",):
+            if key in given and given[key] is None:  # null: the default
+                del given[key]
+        if isinstance(data, DataConfig):
+            clients, dists = data.clients, data.distributions
+        elif isinstance(data, Mapping):
+            fields = DataConfig.model_fields
+            clients = data.get("clients", fields["clients"].default)
+            dists = data.get("distributions", fields["distributions"].default)
+        else:
+            return raw
+        if kind is None:
+            return raw
+        filled = dict(given)
+        if "num_centers" in kind.model_fields and "num_centers" not in given:
+            filled["num_centers"] = dists
+        if kind is CCFLConfig and isinstance(clients, int) and not isinstance(clients, bool):
+            cycles = given.get("cycles", CCFLConfig.model_fields["cycles"].default)
+            if "rounds" not in given and isinstance(cycles, int) and not isinstance(cycles, bool):
+                filled["rounds"] = clients * cycles
+            if "tau0" not in given:
+                filled["tau0"] = clients
+        raw["algorithm"] = algo.model_copy(update=filled) if isinstance(algo, AlgorithmConfig) else filled
+        return raw
+
     @field_validator("algorithm", mode="before")
     @classmethod
     def _dispatch_algorithm(cls, v: Any) -> Any:
@@ -419,17 +477,11 @@ class Config(Section):
         if isinstance(algo, CCFLConfig):
             if data.name not in ("fmnist", "emnist_letters", "cifar10", "cifar100"):
                 raise ValueError(f"algorithm {algo.name}: needs an image dataset (data.name), not {data.name!r}")
-            if algo.rounds is None:
-                object.__setattr__(algo, "rounds", data.clients * algo.cycles)
-            if algo.tau0 is None:
-                object.__setattr__(algo, "tau0", data.clients)
             if self.faults:
                 raise ValueError(f"algorithm {algo.name}: fault injection is for synchronous rounds only "
                                  "(not for streams)")
             if data.join_schedule is not None and len(data.join_schedule) != data.clients:
                 raise ValueError(f"data.join_schedule has {len(data.join_schedule)} entries for {data.clients} clients")
-        if hasattr(algo, "num_centers") and algo.num_centers is None:
-            object.__setattr__(algo, "num_centers", data.distributions)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -512,9 +564,3 @@ def load_raw(path: str | Path | None = None, overrides: list[str] | None = None)
         if not isinstance(raw, Mapping):
             raise ConfigError(f"config file {str(p)!r}: the top level must be a mapping of sections")
     return apply_overrides(raw, list(overrides or []))
-
-
-def num_centers(cfg: Config) -> int:
-    """The number of centers the algorithm trains."""
-    return int(getattr(cfg.algorithm, "num_centers", None) or cfg.data.distributions)
-

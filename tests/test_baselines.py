@@ -155,7 +155,7 @@ def test_local_training_leaves_the_broadcast_models_unchanged(name):
     # the same host started from the previous client's model (and, in-process, the server's
     # centers moved). For IFCA this made the first clients' center better for every later client.
     from raysoft.config import parse_config
-    from raysoft.host import ClientHost
+    from raysoft.backends.host import ClientHost
 
     cfg = parse_config(small_config(algorithm={"name": name, "num_centers": 2}))
     models = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))  # synthetic: Linear(10 -> 1)

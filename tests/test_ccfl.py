@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from raysoft.algorithms.ccfl import (
-    CCFLParams,
     CCFLServerState,
     adjustment_active,
     adjustment_rejects,
@@ -32,10 +31,11 @@ from raysoft.algorithms.ccfl import (
     reduce_losses,
     self_losses,
     subtract_bar,
+    table2_settings,
     update_clusters,
     update_ratios,
 )
-from raysoft.config import TrainConfig
+from raysoft.config import CCFLConfig, TrainConfig
 from raysoft.models import Logistic
 from raysoft.optim import SGD
 from raysoft.params import set_flat
@@ -63,10 +63,10 @@ W_M = torch.tensor([1.0, 1.0])
 # w_m's squared errors: on D_0 (0, 1), on D_1 (1, 1). Mean: l = (0.5, 1); d1 = l; d2 = (1, sqrt 2).
 
 
-def mean_params(**kw) -> CCFLParams:
+def mean_params(**kw) -> CCFLConfig:
     base = dict(loss_reduction="mean", l_bar=0.0, d1_bar=0.0, d2_bar=0.0, adjust_start=None, tau0=100)
     base.update(kw)
-    return CCFLParams(**base)
+    return CCFLConfig(**base)
 
 
 # ----------------------------------------------------------------------------- staleness
@@ -168,7 +168,7 @@ def test_amplify_is_a_softmax_of_a_times_u_once_per_value_of_a():
 
 
 def test_estimate_distribution_by_hand():
-    est = estimate_distribution(Linear(), W_M, MODELS, VAL, mean_params(c1=0.5, c2=0.25, amplifier=(1.0,)),
+    est = estimate_distribution(Linear(), W_M, MODELS, VAL, mean_params(c1=0.5, c2=0.25, amplifier=[1.0]),
                                 task="regression")
     # S(l) = S(d1) = (2/3, 1/3); S(d2) = (sqrt2, 1)/(1 + sqrt2) = (2 - sqrt2, sqrt2 - 1)
     s0 = 0.75 * 2 / 3 + 0.25 * (2 - math.sqrt(2))
@@ -195,12 +195,12 @@ def test_alpha2_fresh_below_b_and_decayed_from_t_k():
 
 def test_update_ratios_combine_alpha0_alpha1_alpha2():
     u, t_k, tau = np.array([0.5, 0.35, 0.15]), np.array([12, 15, 20]), 10  # t_k - tau = (2, 5, 10)
-    alpha = update_ratios(u, t_k, tau, CCFLParams(alpha0=0.025, a=10.0, b=5.0, alpha1_bar="ave"))
+    alpha = update_ratios(u, t_k, tau, CCFLConfig(alpha0=0.025, a=10.0, b=5.0, alpha1_bar="ave"))
     np.testing.assert_allclose(alpha, [0.025, 0.025 * 0.7 / 51, 0.0])
-    alpha = update_ratios(u, t_k, tau, CCFLParams(alpha0=0.025, a=10.0, b=5.0, alpha1_bar=0.1))
+    alpha = update_ratios(u, t_k, tau, CCFLConfig(alpha0=0.025, a=10.0, b=5.0, alpha1_bar=0.1))
     np.testing.assert_allclose(alpha, [0.025, 0.025 * 0.7 / 51, 0.025 * 0.3 / 101])
     # the same client, fresh against every cluster (t_k - tau < b): alpha2 = 1
-    alpha = update_ratios(u, np.array([10, 11, 14]), tau, CCFLParams(alpha0=0.025, alpha1_bar=0.1))
+    alpha = update_ratios(u, np.array([10, 11, 14]), tau, CCFLConfig(alpha0=0.025, alpha1_bar=0.1))
     np.testing.assert_allclose(alpha, [0.025, 0.025 * 0.7, 0.025 * 0.3])
 
 
@@ -222,7 +222,7 @@ def test_personalised_model_is_the_u_weighted_sum():
 
 # ----------------------------------------------------------------------------- the server step
 def test_on_upload_fresh_path_by_hand():
-    p = mean_params(c1=0.5, c2=0.25, amplifier=(1.0,), alpha0=0.5)
+    p = mean_params(c1=0.5, c2=0.25, amplifier=[1.0], alpha0=0.5)
     state = init_server_state(MODELS)
     new, reply, diag = on_upload(state, p, 7, W_M, 0, Linear(), VAL, task="regression")
     s0 = 0.75 * 2 / 3 + 0.25 * (2 - math.sqrt(2))
@@ -263,9 +263,9 @@ def test_on_upload_rejects_an_upload_stamped_in_the_future():
 
 # ----------------------------------------------------------------------------- global adjustment
 def test_adjustment_active_only_after_the_given_fraction():
-    p = CCFLParams(adjust_start=0.5, total_epochs=10)
+    p = CCFLConfig(adjust_start=0.5, rounds=10)
     assert not adjustment_active(5, p) and adjustment_active(6, p)
-    assert not adjustment_active(10, CCFLParams(adjust_start=None, total_epochs=10))
+    assert not adjustment_active(10, CCFLConfig(adjust_start=None, rounds=10))
 
 
 def test_adjustment_rejects_any_quantity_above_the_percentile_per_cluster():
@@ -283,7 +283,7 @@ def test_on_upload_global_adjustment_only_after_the_fraction(t_before, rejected)
     history[:, 0, 0] = 0.01 * np.arange(10)  # cluster 0's l history is tiny: l_0 = .5 is an outlier
     state = CCFLServerState(models=MODELS.clone(), t=t_before, t_k=np.zeros(2, dtype=np.int64), last_u={},
                             history=history, self_losses=np.full(2, np.nan))
-    p = mean_params(alpha0=0.5, adjust_start=0.5, total_epochs=10, adjust_percentile=70.0)
+    p = mean_params(alpha0=0.5, adjust_start=0.5, rounds=10, adjust_percentile=70.0)
     new, _, diag = on_upload(state, p, 0, W_M, t_before, Linear(), VAL, task="regression")
     assert diag["rejected"].tolist() == [rejected, False]
     assert diag["updated"].tolist() == [not rejected, False]  # cluster 1 is below "ave" anyway
@@ -294,15 +294,14 @@ def test_on_upload_global_adjustment_only_after_the_fraction(t_before, rejected)
 
 # ----------------------------------------------------------------------------- params
 def test_defaults_are_the_fmnist_4_row_and_table2_rows_load():
-    assert CCFLParams() == CCFLParams.from_table2("fmnist", 4)
-    p = CCFLParams.from_table2("miniimagenet", 6)
-    assert p.amplifier == (10.0, 10.0) and p.l_bar == "min" and (p.c1, p.c2) == (0.6, 0.3)
-    assert p.tau0 == 120 and p.total_epochs == 2400
-    assert CCFLParams(amplifier=3).amplifier == (3.0,)
+    assert CCFLConfig() == table2_settings("fmnist", 4)
+    p = table2_settings("miniimagenet", 6)
+    assert p.amplifier == [10.0, 10.0] and p.l_bar == "min" and (p.c1, p.c2) == (0.6, 0.3)
+    assert p.tau0 == 120 and p.rounds == 2400
     with pytest.raises(ValueError):
-        CCFLParams(c1=0.7, c2=0.5)
+        CCFLConfig(c1=0.7, c2=0.5)
     with pytest.raises(ValueError):
-        CCFLParams.from_table2("fmnist", 5)
+        table2_settings("fmnist", 5)
 
 
 # ----------------------------------------------------------------------------- client half
@@ -324,8 +323,8 @@ def test_client_update_one_sgd_step_on_objective_2():
 
 def test_client_start_follows_the_flag():
     local, reply = torch.tensor([1.0]), torch.tensor([2.0])
-    assert client_start(local, reply, CCFLParams()).item() == 2.0
-    assert client_start(local, reply, CCFLParams(client_starts_from_reply=False)).item() == 1.0
+    assert client_start(local, reply, CCFLConfig()).item() == 2.0
+    assert client_start(local, reply, CCFLConfig(client_starts_from_reply=False)).item() == 1.0
 
 
 # ----------------------------------------------------------------------------- behaviour
@@ -345,7 +344,7 @@ def test_upload_trained_on_cluster_0_is_estimated_as_cluster_0():
     set_flat(net, anchor)
     cfg = TrainConfig(optimizer="sgd", lr=0.1, batch_size=None, local_epochs=30)
     w_m = client_update(net, SGD(net.parameters(), lr=0.1), x, y, "regression", cfg, anchor, rho=0.1)
-    p = CCFLParams(loss_reduction="mean", l_bar=0.0, amplifier=(5.0,), adjust_start=None)
+    p = CCFLConfig(loss_reduction="mean", l_bar=0.0, amplifier=[5.0], adjust_start=None)
     new, reply, diag = on_upload(state, p, 0, w_m, 0, Linear(), val, task="regression")
     u = diag["u"]
     assert u[0] > u[1]

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import raysoft
-from raysoft.engine import UpdateError
+from raysoft.errors import UpdateError
 
 from conftest import small_config
 
@@ -130,7 +130,7 @@ def test_nan_update_is_excluded_and_reported(tmp_path):
     ([float("inf"), float("-inf")], False),  # the sum is NaN
 ])
 def test_finite_check_of_updates(values, finite):
-    from raysoft.engine import _finite
+    from raysoft.runtime.executor import finite as _finite
 
     t = torch.tensor(values, dtype=torch.float32)
     assert _finite(t) is finite

@@ -193,7 +193,7 @@ def test_sums_in_the_actors_equal_the_coordinators_on_every_packing(ray_session,
 
 def test_the_chain_adds_in_client_id_order_like_weighted_sum():
     from raysoft.algorithms import WeightedMean
-    from raysoft.host import ClientHost
+    from raysoft.backends.host import ClientHost
 
     sizes = np.array([3, 1, 4, 1, 5])
     gen = torch.Generator().manual_seed(0)

@@ -12,7 +12,8 @@ import torch
 import raysoft
 from raysoft.data.drift import DriftingImages
 from raysoft.config import DataConfig
-from raysoft.stream import StreamCoordinator, kl_divergence
+from raysoft.algorithms.stream import kl_divergence
+from raysoft.runtime.streams import StreamCoordinator
 
 from conftest import small_config
 from test_images import write_fmnist

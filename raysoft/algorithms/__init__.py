@@ -1,31 +1,44 @@
-"""Algorithm registry: name -> algorithm object (pure client and server halves)."""
+"""Algorithm registry: name -> algorithm class (pure client and server halves, Ray-free).
+
+``make_algorithm(settings)`` builds the algorithm object of a config's ``algorithm`` section.
+Synchronous algorithms expose ``round``; the asynchronous streams (CCFL, FedSoft-Async, the
+stream Local) expose the stream protocol of :mod:`raysoft.algorithms.stream`.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..config import AlgorithmConfig
 from .base import Algorithm, ClientCall, ClientContext, Plan, Reduced, Reduction, ServerContext, WeightedMean
+from .ccfl import CCFL
 from .fedavg import FedAvg, Local
 from .fedem import FedEM
 from .fedsoft import FedSoft
+from .fedsoft_async import FedSoftAsync
 from .fpfc import FPFC
 from .ifca import IFCA
+from .local_stream import LocalStream
+from .stream import StreamAlgorithm
 
-ALGORITHMS: dict[str, Algorithm] = {
-    "fedsoft": FedSoft(), "ifca": IFCA(), "fedem": FedEM(), "fedavg": FedAvg(), "local": Local(),
-    "fpfc": FPFC(), "fpfc_l1": FPFC(),
+ALGORITHMS: dict[str, type] = {
+    "fedsoft": FedSoft, "ifca": IFCA, "fedem": FedEM, "fedavg": FedAvg, "local": Local,
+    "fpfc": FPFC, "fpfc_l1": FPFC, "ccfl": CCFL, "fedsoft_async": FedSoftAsync, "local_stream": LocalStream,
 }
 
 
-def get_algorithm(name: str) -> Algorithm:
-    from ..config import STREAM_ALGORITHMS
-
-    if name in STREAM_ALGORITHMS:  # the client half of the asynchronous streams
-        from ..stream import StreamAlgorithm
-
-        return StreamAlgorithm(name)  # type: ignore[return-value]
+def make_algorithm(settings: AlgorithmConfig) -> Any:
+    """The algorithm object for a config's ``algorithm`` section."""
     try:
-        return ALGORITHMS[name]
+        return ALGORITHMS[settings.name](settings)
     except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}") from None
+        raise ValueError(f"unknown algorithm {settings.name!r}") from None
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientCall", "ClientContext", "ServerContext", "get_algorithm"]
+def is_stream(algorithm: Any) -> bool:
+    """An asynchronous, client-driven stream (not synchronous rounds)."""
+    return isinstance(algorithm, StreamAlgorithm)
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "ClientCall", "ClientContext", "Plan", "Reduced", "Reduction",
+           "ServerContext", "StreamAlgorithm", "WeightedMean", "is_stream", "make_algorithm"]

@@ -1,6 +1,8 @@
 """The shape every synchronous algorithm has, independent of where clients run.
 
-An algorithm is a module of pure functions plus one object that wires them:
+An algorithm is a module of pure functions plus one object that wires them, made from the
+algorithm's settings (its section of the config, :class:`~raysoft.config.AlgorithmConfig`):
+``Algo(settings)``; the object reads them as ``self.settings``.
 
 * ``init_server(ctx) -> state`` and ``init_client(ctx) -> client_state``;
 * ``round(ctx, state, t)``: a generator expressing one round as a sequence of client calls.
@@ -24,13 +26,13 @@ A round's diagnostics with ``weights_updated: True`` make the coordinator record
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Mapping, Protocol
+from typing import Any, Callable, Generator, Generic, Mapping, Protocol, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config
+from ..config import AlgorithmConfig, Config
 from ..data import ClientData
 from ..models import DataInfo, build_model
 from ..params import add_terms
@@ -146,8 +148,21 @@ RoundGenerator = Generator[ClientCall, dict[int, Any], tuple[Any, dict[str, Any]
 ClientOp = Callable[[ClientContext, Any, dict[str, Any], int], tuple[Any, Any]]
 
 
+S = TypeVar("S", bound=AlgorithmConfig)
+
+
+class Configured(Generic[S]):
+    """An algorithm object made from its settings (declared once, in raysoft.config)."""
+
+    name: str
+
+    def __init__(self, settings: S) -> None:
+        self.settings = settings
+
+
 class Algorithm(Protocol):
     name: str
+    settings: AlgorithmConfig
     client_ops: dict[str, ClientOp]
 
     def init_server(self, ctx: ServerContext) -> Any: ...

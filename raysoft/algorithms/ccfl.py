@@ -1,8 +1,8 @@
 """CCFL: client-centric federated learning under dynamic mixtures of distributions.
 
-"Client-Centric Federated Learning under Dynamic Mixtures of Distributions", anonymous ICLR
-2024 submission (papers/ccfl.md); ALGORITHMS.md section 5. Algorithm and equation numbers
-refer to the paper.
+"Client-Centric Federated Learning under Dynamic Mixtures of Distributions" (anonymous ICLR
+2024 submission, OpenReview). Algorithm and equation numbers refer to the paper; the readings
+chosen where it is ambiguous are in docs/algorithms.md (CCFL).
 
 The server holds K cluster models w_k (a [K, d] float32 stack), a small validation set D_k per
 cluster, the global epoch t and each cluster's last-update epoch t_k. Clients upload
@@ -29,14 +29,15 @@ server thread of Algorithm 2 (``ServerUpdate``) as a pure function over
 The client half minimises objective (2), h_m(w) = f_m(w; D_m) + (rho/2)||w - wbar_m||^2, with
 wbar_m the last reply (:func:`client_update`, :func:`client_objective_gradient`).
 
-Where the paper is ambiguous, :class:`CCFLParams` makes the reading a field and says which one
-ALGORITHMS.md recommends. Vectors over clusters ([K]) are float64 numpy arrays; models are flat
+The settings are :class:`~raysoft.config.CCFLConfig` (the config's ``algorithm`` section);
+where the paper is ambiguous, the reading is a key of it. Vectors over clusters ([K]) are float64 numpy arrays; models are flat
 float32 torch vectors (:data:`~raysoft.params.Params`). Nothing here knows about Ray.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Sequence, Union
@@ -45,133 +46,51 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import TrainConfig
-from ..optim import SGD, Adam
-from ..params import ClientId, Params, get_flat, weighted_sum
-from ..training import model_losses, proximal_train
+from ..config import CCFLConfig
+from ..params import ClientId, Params, weighted_sum
+from ..training import model_losses
+from .stream import StreamAlgorithm, StreamClient, client_objective_gradient, client_start, client_update, nbytes
 
 Bar = Union[float, Literal["min"]]
 ValSets = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 
 # ----------------------------------------------------------------------------- hyper-parameters
-@dataclass(frozen=True)
-class CCFLParams:
-    """CCFL's hyper-parameters. The defaults are the paper's FashionMNIST (4 clusters) setting:
-    Table 2's row, section 5.1's alpha0 / a / b / rho, tau0 = number of clients = 20 K = 80 and
-    T = 80 clients x 25 cycles = 2000 epochs. :meth:`from_table2` gives the other rows."""
-
-    # --- Distribution estimation (Algorithm 1; Table 2) ---
-    c1: float = 0.5  # weight of the loss term l_k (Table 2)
-    c2: float = 0.25  # weight of the loss-difference term d1_k; d2_k gets 1 - c1 - c2 (Table 2)
-    amplifier: tuple[float, ...] = (7.0,)  # A: u <- softmax(A u), applied once per listed value,
-    #                                        in order (Table 2 caption; MiniImageNet(6) has (10, 10))
-    l_bar: Bar = 8.0  # subtracted from l_k; a number or "min" = min_k l_k (Table 2)
-    d1_bar: Bar = 0.0  # subtracted from d1_k; a number or "min" (Table 2)
-    d2_bar: Bar = 0.0  # subtracted from d2_k; a number or "min" (Table 2)
-    score_floor: float | None = 0.0  # [ALGORITHMS.md 5.4 guard] after subtracting the bars,
-    #   values are clamped from below at this floor so that a bar larger than the values cannot
-    #   invert the ranking; None = the paper's literal formula (no clamp). If every value of a
-    #   term is zero, the term is uniform (1/K), the limit of equal values.
-    loss_reduction: Literal["batch_sum", "mean", "paper_scale"] = "batch_sum"  # [ALGORITHMS.md 5.4, GUESS]
-    #   scale of F(w; D_k): "batch_sum" = sum over consecutive batches of ``loss_batch_size`` of
-    #   the batch-mean loss (FedSoft's Client.eval pattern; the reading that makes l_bar = 8 /
-    #   40 / 70 sensible); "mean" = the mean over D_k, the paper's written definition E_{D_k} l;
-    #   "paper_scale" = the batch sum F would have on the paper's |D_k| = 2000, i.e. the mean
-    #   loss x ceil(2000 / loss_batch_size), for smaller validation sets with the paper's bars.
-    loss_batch_size: int = 128  # batch size of "batch_sum" (the paper's batch size, A.1)
-
-    # --- Update ratios (Algorithm 1, UpdateRatioCompute; section 5.1) ---
-    alpha0: float = 0.025  # maximum update ratio of a cluster (section 5.1)
-    alpha1_bar: float | Literal["ave"] = "ave"  # clusters with u_k below this get no update;
-    #   "ave" = the mean of the u_k, i.e. 1/K after the softmax (Table 2)
-    a: float = 10.0  # staleness decay: alpha2 = 1 / (a (t_k - tau) + 1) (section 5.1)
-    b: float = 5.0  # staleness tolerance: alpha2 = 1 while t_k - tau < b (section 5.1)
-    tau0: int = 80  # an upload with t - tau > tau0 is stale; the paper sets tau0 = number of
-    #   clients (section 5.1). Algorithm 2's ">" is used: t - tau == tau0 is still fresh.
-
-    # --- Global adjustment (section 5.3; Table 2 "Adjusting") ---
-    adjust_start: float | None = 0.5  # fraction of total_epochs after which (t > fraction * T)
-    #   cluster updates can be rejected; None = no adjustment (the paper's "not at all")
-    adjust_percentile: float = 70.0  # reject cluster k's update if the upload's l_k, d1_k or
-    #   d2_k [GUESS ALGORITHMS.md 5.3: any of the three, per cluster] exceeds this percentile
-    #   (numpy's linear interpolation) of cluster k's history of raw (before-bar) values from
-    #   earlier fresh uploads; an empty history rejects nothing (section 5.3)
-    total_epochs: int = 2000  # T, the run's number of global epochs (uploads), used only by the
-    #   adjustment's start; the paper has T = #clients x cycles (section 5.1)
-
-    # --- Client (objective (2); Algorithm 2) ---
-    rho: float = 0.1  # weight of the proximal term (rho/2)||w - wbar_m||^2 (section 5.1)
-    client_starts_from_reply: bool = True  # [GUESS ALGORITHMS.md 5.2] the client replaces its
-    #   local model by the reply before training again (the reply is also the prox anchor);
-    #   False: it continues from its own local model (see :func:`client_start`)
-
-    def __post_init__(self) -> None:
-        amp = self.amplifier  # accept one number or any sequence; stored as a tuple of floats
-        amp = (amp,) if isinstance(amp, (int, float)) else amp
-        object.__setattr__(self, "amplifier", tuple(float(a) for a in amp))
-        if not (self.c1 >= 0 and self.c2 >= 0 and self.c1 + self.c2 <= 1 + 1e-12):
-            raise ValueError(f"need c1, c2 >= 0 and c1 + c2 <= 1, got c1={self.c1}, c2={self.c2}")
-        if not self.amplifier or any(not (x > 0) for x in self.amplifier):
-            raise ValueError(f"amplifier A must list positive values, got {self.amplifier!r}")
-        for name in ("l_bar", "d1_bar", "d2_bar"):
-            v = getattr(self, name)
-            if v != "min" and not isinstance(v, (int, float)):
-                raise ValueError(f"{name} must be a number or 'min', got {v!r}")
-        if self.alpha1_bar != "ave" and not isinstance(self.alpha1_bar, (int, float)):
-            raise ValueError(f"alpha1_bar must be a number or 'ave', got {self.alpha1_bar!r}")
-        if self.loss_reduction not in ("batch_sum", "mean", "paper_scale"):
-            raise ValueError(f"loss_reduction must be 'batch_sum', 'mean' or 'paper_scale', got "
-                             f"{self.loss_reduction!r}")
-        if self.loss_batch_size < 1:
-            raise ValueError("loss_batch_size must be >= 1")
-        if not 0 < self.alpha0 <= 1:
-            raise ValueError(f"alpha0 must be in (0, 1], got {self.alpha0}")
-        if self.a < 0 or self.tau0 < 0 or self.rho < 0:
-            raise ValueError("a, tau0 and rho must be >= 0")
-        if self.adjust_start is not None and not 0 <= self.adjust_start <= 1:
-            raise ValueError(f"adjust_start must be in [0, 1] or None, got {self.adjust_start}")
-        if not 0 <= self.adjust_percentile <= 100:
-            raise ValueError(f"adjust_percentile must be in [0, 100], got {self.adjust_percentile}")
-        if self.total_epochs < 1:
-            raise ValueError("total_epochs must be >= 1")
-
-    @classmethod
-    def from_table2(cls, dataset: str, k: int, num_clients: int | None = None,
-                    cycles: int | None = None, **overrides: Any) -> "CCFLParams":
-        """The paper's setting for ``dataset`` ("fmnist", "cifar100", "miniimagenet") with ``k``
-        clusters: Table 2's row, tau0 = number of clients (default 20 K) and T = clients x
-        cycles (default 25 for FashionMNIST, 20 otherwise; section 5.1)."""
-        try:
-            row = TABLE2[(dataset.lower(), int(k))]
-        except KeyError:
-            raise ValueError(f"Table 2 has no row for {dataset!r} with {k} clusters") from None
-        clients = 20 * int(k) if num_clients is None else int(num_clients)
-        cyc = (25 if dataset.lower() == "fmnist" else 20) if cycles is None else int(cycles)
-        values: dict[str, Any] = {**row, "tau0": clients, "total_epochs": clients * cyc}
-        values.update(overrides)
-        return cls(**values)
+def table2_settings(dataset: str, k: int, num_clients: int | None = None, cycles: int | None = None,
+                    **overrides: Any) -> CCFLConfig:
+    """The paper's setting for ``dataset`` ("fmnist", "cifar100", "miniimagenet") with ``k``
+    clusters: Table 2's row, tau0 = number of clients (default 20 K) and T = clients x cycles
+    (default 25 for FashionMNIST, 20 otherwise; section 5.1)."""
+    try:
+        row = TABLE2[(dataset.lower(), int(k))]
+    except KeyError:
+        raise ValueError(f"Table 2 has no row for {dataset!r} with {k} clusters") from None
+    clients = 20 * int(k) if num_clients is None else int(num_clients)
+    cyc = (25 if dataset.lower() == "fmnist" else 20) if cycles is None else int(cycles)
+    values: dict[str, Any] = {**row, "tau0": clients, "rounds": clients * cyc}
+    values.update(overrides)
+    return CCFLConfig(**values)
 
 
-def _row(c1: float, c2: float, a: tuple[float, ...], l_bar: Bar, d1_bar: Bar, d2_bar: Bar) -> dict[str, Any]:
+def _row(c1: float, c2: float, a: list[float], l_bar: Bar, d1_bar: Bar, d2_bar: Bar) -> dict[str, Any]:
     return {"c1": c1, "c2": c2, "amplifier": a, "l_bar": l_bar, "d1_bar": d1_bar, "d2_bar": d2_bar,
             "alpha1_bar": "ave", "adjust_start": 0.5}
 
 
 # Table 2 of the paper: (dataset, K) -> distribution-estimation and server-updating parameters.
 TABLE2: dict[tuple[str, int], dict[str, Any]] = {
-    ("fmnist", 2): _row(0.5, 0.4, (3.0,), 8.0, 0.0, 0.0),
-    ("fmnist", 3): _row(0.5, 0.25, (3.0,), 8.0, 0.0, 0.0),
-    ("fmnist", 4): _row(0.5, 0.25, (7.0,), 8.0, 0.0, 0.0),
-    ("fmnist", 6): _row(0.7, 0.2, (15.0,), 8.0, 0.0, 0.0),
-    ("cifar100", 2): _row(0.5, 0.2, (1.0,), 40.0, 0.0, 0.0),
-    ("cifar100", 3): _row(0.5, 0.2, (10.0,), "min", "min", "min"),
-    ("cifar100", 4): _row(0.5, 0.2, (10.0,), "min", "min", "min"),
-    ("cifar100", 6): _row(0.5, 0.2, (10.0,), "min", "min", "min"),
-    ("miniimagenet", 2): _row(0.5, 0.2, (1.0,), 70.0, 0.0, 0.0),
-    ("miniimagenet", 3): _row(0.5, 0.4, (7.0,), "min", "min", "min"),
-    ("miniimagenet", 4): _row(0.6, 0.3, (15.0,), "min", "min", "min"),
-    ("miniimagenet", 6): _row(0.6, 0.3, (10.0, 10.0), "min", "min", "min"),
+    ("fmnist", 2): _row(0.5, 0.4, [3.0], 8.0, 0.0, 0.0),
+    ("fmnist", 3): _row(0.5, 0.25, [3.0], 8.0, 0.0, 0.0),
+    ("fmnist", 4): _row(0.5, 0.25, [7.0], 8.0, 0.0, 0.0),
+    ("fmnist", 6): _row(0.7, 0.2, [15.0], 8.0, 0.0, 0.0),
+    ("cifar100", 2): _row(0.5, 0.2, [1.0], 40.0, 0.0, 0.0),
+    ("cifar100", 3): _row(0.5, 0.2, [10.0], "min", "min", "min"),
+    ("cifar100", 4): _row(0.5, 0.2, [10.0], "min", "min", "min"),
+    ("cifar100", 6): _row(0.5, 0.2, [10.0], "min", "min", "min"),
+    ("miniimagenet", 2): _row(0.5, 0.2, [1.0], 70.0, 0.0, 0.0),
+    ("miniimagenet", 3): _row(0.5, 0.4, [7.0], "min", "min", "min"),
+    ("miniimagenet", 4): _row(0.6, 0.3, [15.0], "min", "min", "min"),
+    ("miniimagenet", 6): _row(0.6, 0.3, [10.0, 10.0], "min", "min", "min"),
 }
 
 
@@ -356,7 +275,7 @@ def kl_floor(cap: float, low: float = 0.4, high: float = 0.9) -> float:
 
 
 def estimate_distribution(scratch: nn.Module, w: Params, models: torch.Tensor, val_sets: ValSets,
-                          params: CCFLParams, task: str = "classification",
+                          params: CCFLConfig, task: str = "classification",
                           own_losses: np.ndarray | None = None) -> Estimate:
     """Algorithm 1, DistributionEstimation, from the uploaded model alone. ``own_losses``: the
     precomputed F(w_k; D_k) (computed when None)."""
@@ -390,15 +309,15 @@ def alpha2(t_k: np.ndarray, tau: int, a: float, b: float) -> np.ndarray:
     return np.where(gap < b, 1.0, 1.0 / (a * np.maximum(gap, 0.0) + 1.0))
 
 
-def update_ratios(u: np.ndarray, t_k: np.ndarray, tau: int, params: CCFLParams) -> np.ndarray:
+def update_ratios(u: np.ndarray, t_k: np.ndarray, tau: int, params: CCFLConfig) -> np.ndarray:
     """Algorithm 1, UpdateRatioCompute: alpha_k = alpha0 alpha1_k alpha2_k, in [0, alpha0]."""
     return params.alpha0 * alpha1(u, params.alpha1_bar) * alpha2(t_k, tau, params.a, params.b)
 
 
 # ----------------------------------------------------------------------------- global adjustment
-def adjustment_active(t: int, params: CCFLParams) -> bool:
+def adjustment_active(t: int, params: CCFLConfig) -> bool:
     """Section 5.3: the adjustment runs once t > adjust_start * T (never if adjust_start is None)."""
-    return params.adjust_start is not None and t > params.adjust_start * params.total_epochs
+    return params.adjust_start is not None and t > params.adjust_start * params.rounds
 
 
 def adjustment_rejects(history: np.ndarray, values: np.ndarray, percentile: float) -> np.ndarray:
@@ -445,7 +364,7 @@ def stale_reply(state: CCFLServerState, client: ClientId) -> tuple[Params, np.nd
 
 
 # ----------------------------------------------------------------------------- the server step
-def on_upload(state: CCFLServerState, params: CCFLParams, client: ClientId, w_m: Params, tau: int,
+def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
               scratch: nn.Module, val_sets: ValSets, task: str = "classification",
               ) -> tuple[CCFLServerState, Params, dict[str, Any]]:
     """Algorithm 2's server thread for one upload (w_m, tau) from ``client``: returns the new
@@ -488,34 +407,42 @@ def on_upload(state: CCFLServerState, params: CCFLParams, client: ClientId, w_m:
     return new_state, reply, diag
 
 
-# ----------------------------------------------------------------------------- client half
-def client_objective_gradient(grad_f: torch.Tensor, w: Params, anchor: Params, rho: float) -> torch.Tensor:
-    """Gradient of objective (2): grad h_m(w) = grad f_m(w) + rho (w - wbar_m)."""
-    return grad_f + rho * (w - anchor)
+# ----------------------------------------------------------------------------- the algorithm
+class CCFL(StreamAlgorithm):
+    """CCFL as a stream algorithm: the client trains on objective (2) from the personalised
+    reply (:func:`client_update`, shared with the baselines); the server runs
+    :func:`on_upload` on every upload."""
 
+    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        return payload["initial"], None, nbytes(payload["initial"])
 
-def client_start(local: Params, reply: Params, params: CCFLParams) -> Params:
-    """The model a client trains from after receiving ``reply``: the reply itself
-    (client_starts_from_reply, ALGORITHMS.md 5.2's reading) or its own local model."""
-    return reply.clone() if params.client_starts_from_reply else local.clone()
+    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        return reply["model"], None, nbytes(reply["model"])
 
+    def init_server(self, models: torch.Tensor) -> CCFLServerState:
+        return init_server_state(models)
 
-def client_update(model: nn.Module, optimizer: Adam | SGD, x: torch.Tensor, y: torch.Tensor, task: str,
-                  train_cfg: TrainConfig, anchor: Params, rho: float,
-                  rng: np.random.Generator | None = None) -> Params:
-    """Local training on objective (2) from ``model``'s current parameters, in place: the
-    local solver with the prox gradient rho w - rho wbar_m added (``anchor`` = wbar_m, the last
-    reply). ``optimizer`` must be bound to ``model``'s parameters. Returns the trained vector."""
-    proximal_train(model, optimizer, x, y, task, train_cfg, pull_scale=float(rho),
-                   pull_target=float(rho) * anchor, rng=rng)
-    return get_flat(model)
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+        return {"initial": initial_reply(state)}
+
+    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
+                    val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, Any]]:
+        tick = time.perf_counter()
+        recomputed = int(np.isnan(state.self_losses).sum())  # F(w_k; D_k) not cached
+        state, reply, diag = on_upload(state, self.settings, client, up["w"], up["tau"], scratch, val_sets)
+        diag["server_s"] = time.perf_counter() - tick
+        diag["fresh"] = not diag["stale"]
+        if not diag["stale"]:  # w_m on every D_k, plus the cluster models whose F(w_k; D_k) was stale
+            sizes = [len(y) for _, y in val_sets]
+            diag["server_forwards"] = sum(sizes) + recomputed * int(np.mean(sizes))
+        return state, reply, diag
 
 
 __all__ = [
-    "TABLE2", "CCFLParams", "CCFLServerState", "Estimate", "adjustment_active", "adjustment_rejects",
+    "CCFL", "TABLE2", "CCFLServerState", "Estimate", "adjustment_active", "adjustment_rejects",
     "alpha1", "alpha2", "amplify", "client_objective_gradient", "client_start", "client_update",
     "cluster_losses", "combine_scores", "dataset_losses", "estimate_distribution", "init_server_state",
     "initial_reply", "is_stale", "kl_floor", "largest_weight", "model_distances", "on_upload",
     "personalised_model", "reduce_losses", "self_losses", "stale_estimate", "stale_reply", "subtract_bar",
-    "update_clusters", "update_ratios",
+    "table2_settings", "update_clusters", "update_ratios",
 ]

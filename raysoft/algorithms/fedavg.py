@@ -20,7 +20,8 @@ from ..optim import SGD, Adam
 from ..params import get_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
-from .base import ClientCall, ClientContext, RoundGenerator, ServerContext, WeightedMean
+from ..config import FedAvgConfig, LocalConfig
+from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext, WeightedMean
 from .common import (
     batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection,
 )
@@ -43,7 +44,7 @@ def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, evaluate_vector(ctx, payload["model"])
 
 
-class FedAvg:
+class FedAvg(Configured[FedAvgConfig]):
     name = "fedavg"
     client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate}
     batched_ops = {"train": _fedavg_train_batched}
@@ -55,7 +56,7 @@ class FedAvg:
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: GlobalModel, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, ctx.cfg.algorithm.clients_per_round,
+        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"model": state.model}, reduce=WeightedMean(ctx.sizes))
         model = res.value if res.clients else state.model
@@ -92,7 +93,7 @@ def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any]
     return cs, own_data_metrics(ctx, cs.model)
 
 
-class Local:
+class Local(Configured[LocalConfig]):
     name = "local"
     client_ops = {"train": _local_train, "evaluate": _local_evaluate}
     batched_ops = {"train": _local_train_batched}
@@ -105,7 +106,7 @@ class Local:
         return LocalClient(model, make_optimizer(ctx.cfg.train, model.parameters()))
 
     def round(self, ctx: ServerContext, state: dict, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, ctx.cfg.algorithm.clients_per_round,
+        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
         yield ClientCall("train", selected, {})
         return state, {"trained": len(selected)}

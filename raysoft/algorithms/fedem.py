@@ -20,6 +20,7 @@ mixture prediction and, as ``*_best_learner``, the learner with the largest pi_t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..config import FedEMConfig
 from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
 from ..training import evaluate, model_losses, outputs
-from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
 from ..rng import numpy_rng
 
@@ -99,8 +100,9 @@ class FedEMState:
     pi: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # [N, M], as last reported
 
 
-def _fedem_train(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t: int):
-    a: FedEMConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+def fedem_train(a: FedEMConfig, ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t: int):
+    """E-step with the current learners, pi = mean of q, each learner trained on its q-weighted
+    loss (the lr decayed after ``a.lr_milestones`` of the client's own rounds)."""
     learners = payload["learners"]
     losses = model_losses(ctx.scratch, learners, ctx.data.x, ctx.data.y, ctx.info.task)
     q = e_step(torch.log(cs.pi), losses)
@@ -123,21 +125,24 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any]
     return cs, out
 
 
-class FedEM:
+class FedEM(Configured[FedEMConfig]):
     name = "fedem"
-    client_ops = {"train": _fedem_train, "evaluate": _fedem_evaluate}
+
+    def __init__(self, settings: FedEMConfig) -> None:
+        super().__init__(settings)
+        self.client_ops = {"train": functools.partial(fedem_train, settings), "evaluate": _fedem_evaluate}
 
     def init_server(self, ctx: ServerContext) -> FedEMState:
-        m = int(ctx.cfg.algorithm.num_centers)  # type: ignore[attr-defined]
+        m = self.settings.num_centers
         learners = torch.stack([get_flat(ctx.new_model("center", j)) for j in range(m)])
         return FedEMState(learners, np.full((ctx.num_clients, m), 1.0 / m))
 
     def init_client(self, ctx: ClientContext) -> FedEMClient:
-        m = int(ctx.cfg.algorithm.num_centers)  # type: ignore[attr-defined]
+        m = self.settings.num_centers
         return FedEMClient(torch.full((m,), 1.0 / m), [scratch_optimizer(ctx) for _ in range(m)])
 
     def round(self, ctx: ServerContext, state: FedEMState, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, ctx.cfg.algorithm.clients_per_round,
+        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"learners": state.learners},
                                reduce=LearnerAverage(ctx.sizes, state.learners))

@@ -25,7 +25,7 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, mean, weighted_sum
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
-from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
 from .common import batched_local_train, own_data_metrics
 
 
@@ -134,13 +134,13 @@ def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, An
 
 
 # ----------------------------------------------------------------------------- server half
-class FedSoft:
+class FedSoft(Configured[FedSoftConfig]):
     name = "fedsoft"
     client_ops = {"estimate": client_estimate, "train": client_train, "evaluate": client_evaluate}
     batched_ops = {"train": client_train_batched}
 
     def init_server(self, ctx: ServerContext) -> FedSoftState:
-        a: FedSoftConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+        a = self.settings
         s = int(a.num_centers)
         centers = torch.stack([get_flat(ctx.new_model("center", i)) for i in range(s)])
         return FedSoftState(centers=centers, u=np.full((ctx.num_clients, s), 1.0 / s))
@@ -150,7 +150,7 @@ class FedSoft:
         return FedSoftClient(model=model, optimizer=make_optimizer(ctx.cfg.train, model.parameters()))
 
     def round(self, ctx: ServerContext, state: FedSoftState, t: int) -> RoundGenerator:
-        a: FedSoftConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+        a = self.settings
         everyone = list(range(ctx.num_clients))
         u, diag = state.u, {}
         if t % a.estimation_interval == 0:

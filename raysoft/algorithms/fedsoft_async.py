@@ -1,10 +1,11 @@
-"""FedSoft-Async: CCFL's asynchronous baseline (papers/ccfl.md section 5; ALGORITHMS.md 5.5).
+"""FedSoft-Async: CCFL's asynchronous baseline (section 5 of the CCFL paper).
 
 Clients download all K cluster models, estimate their mixture mu by FedSoft's per-sample argmin
-count (with FedSoft's sigma floor), and upload (w_m, mu). The server updates every cluster with
-alpha_mk = alpha0 * mu_mk * alpha2_k (CCFL's staleness factor; no alpha1 threshold and no
-max-normalisation) and replies sum_k mu_k w_k [GUESS for the reply, as ALGORITHMS.md]. A stale
-upload (t - tau > tau0) changes nothing and gets sum_k mu_k w_k with its own mu.
+count (with FedSoft's floor ``sigma``), mix their own start sum_k mu_k w_k and upload
+(w_m, mu). The server updates every cluster with alpha_mk = alpha0 * mu_mk * alpha2_k (CCFL's
+staleness factor; no alpha1 threshold and no max-normalisation). A stale upload
+(t - tau > tau0) changes nothing. The readings chosen where the paper is silent are in
+docs/algorithms.md (FedSoft-Async).
 """
 
 from __future__ import annotations
@@ -13,29 +14,69 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import torch
 
+from ..config import CCFLConfig
 from ..params import ClientId, Params
-from .ccfl import CCFLParams, CCFLServerState, alpha2, is_stale, personalised_model, update_clusters
+from ..training import model_losses
+from .base import ClientContext
+from .ccfl import CCFLServerState, alpha2, init_server_state, is_stale, personalised_model, update_clusters
+from .fedsoft import importance_weights
+from .stream import StreamAlgorithm, StreamClient, ValSets, nbytes
 
 
-def async_ratios(mu: np.ndarray, t_k: np.ndarray, tau: int, params: CCFLParams) -> np.ndarray:
+def async_ratios(mu: np.ndarray, t_k: np.ndarray, tau: int, params: CCFLConfig) -> np.ndarray:
     """alpha_mk = alpha0 * mu_k * alpha2_k."""
     return params.alpha0 * np.asarray(mu, dtype=np.float64) * alpha2(t_k, tau, params.a, params.b)
 
 
-def on_upload_async(state: CCFLServerState, params: CCFLParams, client: ClientId, w_m: Params, tau: int,
-                    mu: np.ndarray) -> tuple[CCFLServerState, Params, dict[str, Any]]:
-    """The server step of FedSoft-Async for one upload (w_m, mu) stamped tau."""
+def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
+                    mu: np.ndarray) -> tuple[CCFLServerState, dict[str, Any]]:
+    """The server step of FedSoft-Async for one upload (w_m, mu) stamped tau. The client mixes
+    its own reply from the K models it downloads, so the server computes none."""
     t = state.t + 1
     mu = np.asarray(mu, dtype=np.float64)
     mu = mu / mu.sum()
     diag: dict[str, Any] = {"t": t, "client": client, "tau": tau, "staleness": t - tau, "u": mu}
     if is_stale(t, tau, params.tau0):
         diag.update(stale=True, alpha=np.zeros_like(mu))
-        return replace(state, t=t), personalised_model(state.models, mu), diag
+        return replace(state, t=t), diag
     alpha = async_ratios(mu, state.t_k, tau, params)
     models, t_k = update_clusters(state.models, state.t_k, w_m, alpha, t)
     last_u = dict(state.last_u)
     last_u[client] = mu
     diag.update(stale=False, alpha=alpha)
-    return replace(state, models=models, t=t, t_k=t_k, last_u=last_u), personalised_model(models, mu), diag
+    return replace(state, models=models, t=t, t_k=t_k, last_u=last_u), diag
+
+
+class FedSoftAsync(StreamAlgorithm):
+    """The client estimates its mixture on the K models it downloads and mixes its own reply."""
+
+    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        models = payload["initial_models"]  # the start is their average
+        return personalised_model(models, np.full(len(models), 1.0 / len(models))), models, nbytes(models)
+
+    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        models = reply["models"]
+        return personalised_model(models, cs.mu), models, nbytes(models)
+
+    def estimate(self, ctx: ClientContext, cs: StreamClient, models: torch.Tensor | None) -> np.ndarray | None:
+        assert models is not None
+        losses = model_losses(ctx.scratch, models, cs.data.x, cs.data.y, ctx.info.task)
+        cs.mu = importance_weights(losses.numpy(), self.settings.sigma)
+        return cs.mu
+
+    def init_server(self, models: torch.Tensor) -> CCFLServerState:
+        return init_server_state(models)
+
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+        return {"initial_models": initial_models}
+
+    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
+                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:
+        state, diag = on_upload_async(state, self.settings, client, up["w"], up["tau"], up["mu"])
+        diag["fresh"] = True  # every client estimates its own mixture at every upload
+        return state, None, diag
+
+    def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, Any]:
+        return {"model": None, "t": state.t, "models": state.models.clone()}

@@ -33,7 +33,7 @@ import torch
 from ..config import FPFCConfig
 from ..params import get_flat
 from ..rng import numpy_rng
-from .base import ClientCall, ClientContext, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
 from .common import evaluate_vector, scratch_optimizer, train_from, uniform_selection
 
 
@@ -196,7 +196,7 @@ def _fpfc_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, evaluate_vector(ctx, torch.as_tensor(payload["w"][ctx.client]))
 
 
-class FPFC:
+class FPFC(Configured[FPFCConfig]):
     name = "fpfc"
     client_ops = {"train": _fpfc_train, "evaluate": _fpfc_evaluate}
 
@@ -206,14 +206,14 @@ class FPFC:
         pairs = m * (m - 1) // 2
         w = np.repeat(w0[None, :], m, axis=0)
         theta = np.zeros((pairs, w0.size), np.float32)
-        labels = clusters(theta, m, ctx.cfg.algorithm.nu)  # type: ignore[attr-defined]
+        labels = clusters(theta, m, self.settings.nu)
         return FPFCState(w, theta, np.zeros_like(theta), np.asarray(ctx.sizes), labels)
 
     def init_client(self, ctx: ClientContext):
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: FPFCState, t: int) -> RoundGenerator:
-        a: FPFCConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+        a = self.settings
         m = ctx.num_clients
         selected = uniform_selection(m, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         z = zeta(state.w, state.theta, state.v, a.rho, selected)

@@ -26,7 +26,7 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import full_gradient
-from .base import ClientCall, ClientContext, Plan, Reduction, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import evaluate_vector, mean_losses, scratch_optimizer, train_from, uniform_selection
 
 
@@ -104,23 +104,22 @@ def _ifca_evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
     return opt, {**evaluate_vector(ctx, payload["centers"][j]), "_center": j}
 
 
-class IFCA:
+class IFCA(Configured[IFCAConfig]):
     name = "ifca"
     client_ops = {"train": _ifca_train, "evaluate": _ifca_evaluate, "assign": _ifca_assign}
 
     def init_server(self, ctx: ServerContext) -> IFCAState:
         return IFCAState(self._draw_centers(ctx, 0), np.full(ctx.num_clients, -1))
 
-    @staticmethod
-    def _draw_centers(ctx: ServerContext, attempt: int) -> torch.Tensor:
-        k = int(ctx.cfg.algorithm.num_centers)  # type: ignore[attr-defined]
+    def _draw_centers(self, ctx: ServerContext, attempt: int) -> torch.Tensor:
+        k = self.settings.num_centers
         stream = ("center",) if attempt == 0 else ("center-attempt", attempt)
         return torch.stack([get_flat(ctx.new_model(*stream, j)) for j in range(k)])
 
     def good_init(self, ctx: ServerContext, state: IFCAState) -> RoundGenerator:
         """Re-draw the centers until each one is chosen by >= init_threshold of all clients
         (keeps the most balanced draw if none qualifies)."""
-        a: IFCAConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+        a = self.settings
         everyone = list(range(ctx.num_clients))
         best, best_min = state.centers, -1
         for attempt in range(a.init_attempts):
@@ -137,7 +136,7 @@ class IFCA:
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: IFCAState, t: int) -> RoundGenerator:
-        a: IFCAConfig = ctx.cfg.algorithm  # type: ignore[assignment]
+        a = self.settings
         if t == 0 and a.init_threshold > 0:
             state = IFCAState((yield from self.good_init(ctx, state)), state.assignment)
         selected = uniform_selection(ctx.num_clients, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))

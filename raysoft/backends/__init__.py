@@ -1,7 +1,7 @@
 """Execution backends: where the clients of an experiment run.
 
-Both backends drive the same Ray-free :class:`~raysoft.engine.Coordinator` over the same
-:class:`~raysoft.host.ClientHost` code, so they give identical numbers.
+Both backends drive the same Ray-free coordinators (:mod:`raysoft.runtime`) over the same
+:class:`~raysoft.backends.host.ClientHost` code, so they give identical numbers.
 
 ``run(cfg, run_id, on_progress) -> (tables, summary)``
 """

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ..config import Config
-from ..engine import make_coordinator
-from ..host import ClientHost
+from ..runtime import make_coordinator
 from . import drive
+from .host import ClientHost
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):

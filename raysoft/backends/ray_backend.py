@@ -22,7 +22,7 @@ import ray
 
 from ..config import Config, RayConfig, parse_config
 
-# The driver imports neither torch nor the engine (about 0.5 GB of resident memory): the
+# The driver imports neither torch nor the runtime (about 0.5 GB of resident memory): the
 # coordinator and client actors import them in their own processes.
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class ClientActor:
     def __init__(self, cfg_dict: dict[str, Any], client_ids: list[int]) -> None:
         import torch
 
-        from ..host import ClientHost
+        from .host import ClientHost
 
         cfg = parse_config(cfg_dict)
         gpu_ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
@@ -76,9 +76,9 @@ class ClientActor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self.host.call(op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int],
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, Any]:
-        return self.host.keep(op, client_ids, payload, t, poison, part)
+        return self.host.keep(op, client_ids, payload, t, part)
 
     def add_terms(self, terms: dict[int, Any], acc: Any) -> Any:
         return self.host.add_terms(terms, acc)
@@ -139,9 +139,9 @@ class RayExecutor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self._run("call", op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int, poison: list[int],
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, Any]:
-        return self._run("keep", op, client_ids, payload, t, poison, part)
+        return self._run("keep", op, client_ids, payload, t, (part,))
 
     def accumulate(self, plan: Any) -> Any:
         """The chain: the actor with the lowest client ids starts the sum from the plan's start,
@@ -162,15 +162,14 @@ class RayExecutor:
         return self._gather([acc])[0]
 
     def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             poison: list[int] | None = None, part: int | None = None) -> dict[int, Any]:
+             extra: tuple = ()) -> dict[int, Any]:
         ref = ray.put(payload)  # once per call, shared by every actor
         groups: dict[int, list[int]] = {}
         for k in client_ids:
             groups.setdefault(self.owner[k], []).append(k)
         futures = []
         for i, ks in sorted(groups.items()):
-            args = (op, ks, ref, t) if poison is None else (op, ks, ref, t, [k for k in poison if k in ks], part)
-            futures.append(getattr(self.actors[i], method).remote(*args))
+            futures.append(getattr(self.actors[i], method).remote(op, ks, ref, t, *extra))
         self.late = []
         if self.rc.round_deadline_s is not None and op != "evaluate":
             ready, pending = ray.wait(futures, num_returns=len(futures), timeout=self.rc.round_deadline_s)
@@ -178,8 +177,8 @@ class RayExecutor:
                 self.late += groups[sorted(groups)[futures.index(f)]]
             futures = [f for f in futures if f not in pending]
         out: dict[int, Any] = {}
-        for part in self._gather(futures):
-            out.update(part)
+        for result in self._gather(futures):
+            out.update(result)
         return out
 
     def get_states(self) -> dict[int, Any]:
@@ -214,7 +213,7 @@ class CoordinatorActor:
     """Runs the rounds of one experiment over the client actors."""
 
     def __init__(self, cfg_dict: dict[str, Any], run_id: str, run_dir: str | None, resume: bool) -> None:
-        from ..engine import make_coordinator
+        from ..runtime import make_coordinator
 
         cfg = parse_config(cfg_dict)
         self.executor = RayExecutor(cfg)

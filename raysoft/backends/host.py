@@ -1,13 +1,13 @@
 """ClientHost: hosts one or many clients' data and state, in whatever process it lives in.
 
 The Ray client actor is a thin wrapper around a ClientHost; the in-process backend uses one
-ClientHost for every client. A client's data is built here from (data config, client id,
-seed), and its state (local model, optimizer, ...) stays resident here across rounds.
+ClientHost for every client (it is then the executor itself). A client's data is built here
+from (data config, client id, seed), and its state (local model, optimizer, ...) stays
+resident here across rounds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
@@ -16,33 +16,18 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .algorithms import ClientContext, Plan, get_algorithm
-from .algorithms.base import split_result
-from .params import add_terms
-from .config import Config
-from .data import ClientData, Federation
-from .models import build_model
+from ..algorithms import ClientContext, Plan, make_algorithm
+from ..algorithms.base import split_result
+from ..config import Config
+from ..data import ClientData, Federation
+from ..errors import ClientFailure
+from ..models import build_model
+from ..params import add_terms
+from ..runtime.executor import finite
+from ..runtime.faults import slowdown
+from ..runtime.threads import client_threads, torch_threads
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Run with ``n`` intra-op torch threads. Float results of convolutions and matrix products
-    can depend on the thread count, so client work always runs with ``ray.num_cpus_per_actor``
-    threads and coordinator work with one, on either backend."""
-    before = torch.get_num_threads()
-    if before != n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if before != n:
-            torch.set_num_threads(before)
-
-
-def client_threads(cfg: Config) -> int:
-    return max(1, int(cfg.ray.num_cpus_per_actor))
 
 
 _EMPTY = ClientData(torch.zeros(0), torch.zeros(0), np.zeros(0))
@@ -65,7 +50,10 @@ class ClientHost:
     def __init__(self, cfg: Config, client_ids: Iterable[int], device: str = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
-        self.algorithm = get_algorithm(cfg.algorithm.name)
+        self.algorithm = make_algorithm(cfg.algorithm)
+        self.placement: list[dict[str, Any]] = []  # one process: no actors to describe
+        self.late: list[int] = []  # no deadline in-process
+        self._dead = False
         fed = Federation(cfg.data, cfg.seed)
         self.contexts: dict[int, ClientContext] = {}
         self.states: dict[int, Any] = {}
@@ -88,7 +76,7 @@ class ClientHost:
             self.contexts[int(k)] = ctx
             self.states[int(k)] = _to_device_state(self.algorithm.init_client(ctx), self.device)
         if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
-            from .batched import warm_up
+            from ..batched import warm_up
 
             warm_up()
 
@@ -96,14 +84,14 @@ class ClientHost:
     def client_ids(self) -> list[int]:
         return sorted(self.contexts)
 
-    # in-process stand-ins for the Ray executor's fault handling: the host is one "actor"
+    # the in-process stand-ins for an actor's death and restart: the host is one "actor"
     def kill(self, actor: int) -> None:
         """Fault injection: the next call fails as if this host's actor had died."""
         self._dead = True
 
     def recover(self) -> None:
         """Bring a killed host back: its clients are rebuilt from (seed, client id)."""
-        if getattr(self, "_dead", False):
+        if self._dead:
             self.reset()
             self._dead = False
 
@@ -126,28 +114,21 @@ class ClientHost:
 
     def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU."""
-        if getattr(self, "_dead", False):
-            from .engine import ClientFailure
-
+        if self._dead:
             raise ClientFailure("the in-process client host was killed")
         with torch_threads(client_threads(self.cfg)):
             return self._call(op, client_ids, payload, t)
 
     def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-             poison: Iterable[int] = (), part: int | None = None) -> dict[int, tuple[bool, Any]]:
+             part: int | None = None) -> dict[int, tuple[bool, Any]]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
-        the whole result) here for :meth:`add_terms`; those of ``poison`` are filled with NaN
-        (fault injection). Returns {client: (finite, the rest of its result)}."""
-        from .engine import _finite, _poison
-
+        the whole result) here for :meth:`add_terms`. Returns {client: (finite, the rest of its
+        result)}."""
         results = self.call(op, client_ids, payload, t)
-        for k in poison:
-            if k in results:
-                results[k] = _poison(results[k])
         self.kept, out = {}, {}
         for k, r in results.items():
             self.kept[k], rest = split_result(r, part)
-            out[k] = (_finite(r), rest)
+            out[k] = (finite(r), rest)
         return out
 
     def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None) -> torch.Tensor:
@@ -168,7 +149,7 @@ class ClientHost:
         fn = getattr(self.algorithm, "batched_ops", {}).get(op)
         if fn is None or len(ids) < 2 or any(self._slowdown(k, t) > 1 for k in ids):
             return None
-        from .batched import can_batch, use_batched
+        from ..batched import can_batch, use_batched
 
         why = can_batch(self.scratch)
         if why is not None and self.cfg.train.batched_clients == "on" and not getattr(self, "_said", False):
@@ -197,8 +178,7 @@ class ClientHost:
         return out
 
     def _slowdown(self, client: int, t: int) -> float:
-        return max([f.factor for f in self.cfg.faults
-                    if f.kind == "slow_client" and f.client == client and t >= f.at_round] or [1.0])
+        return slowdown(self.cfg.faults, client, t)
 
 
 def _to_device_state(state: Any, device: torch.device) -> Any:

@@ -1,0 +1,44 @@
+"""Local on a stream: no server; each client keeps training its own model on its drifting
+data with objective (2) anchored at its previous model (the CCFL paper's Local baseline). Every
+client starts from the same model as CCFL's clients (the average of the pre-trained cluster
+models), so the three stream algorithms see the same start."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..params import Params
+from .ccfl import CCFLServerState, init_server_state, initial_reply
+from .stream import StreamAlgorithm, StreamClient, ValSets
+
+
+class LocalStream(StreamAlgorithm):
+    has_server = False
+
+    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        return payload["initial"], None, 0  # the common start, not a download
+
+    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        assert cs.local is not None
+        return cs.local, None, 0  # the client's own model is its anchor
+
+    def start_from(self, cs: StreamClient, anchor: Params) -> Params:
+        assert cs.local is not None
+        return cs.local.clone()
+
+    def upload(self, cs: StreamClient, mu: np.ndarray | None) -> tuple[Params | None, int]:
+        return None, 0
+
+    def init_server(self, models: torch.Tensor) -> CCFLServerState:
+        return init_server_state(models)  # only its epoch t moves
+
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+        return {"initial": initial_reply(state)}
+
+    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
+                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:
+        return replace(state, t=state.t + 1), None, {"stale": False, "staleness": 0, "u": None, "fresh": False}

@@ -1,0 +1,244 @@
+"""The protocol of asynchronous, client-driven streams (CCFL, FedSoft-Async, the stream Local).
+
+A stream algorithm is an object made from its settings (:class:`~raysoft.config.CCFLConfig`)
+with a client half and a server half, both Ray-free:
+
+* client half: ``init_client(ctx) -> StreamClient`` and the client ops ``stream_step`` (receive
+  the last reply, take the next dataset, train on objective (2) of the CCFL paper with the reply
+  as anchor, return the upload) and ``stream_score`` (score the last reply at the end). The
+  template :meth:`StreamAlgorithm.step` is the same for every stream algorithm; what differs is
+  said by the hooks :meth:`~StreamAlgorithm.first_anchor`, :meth:`~StreamAlgorithm.receive`,
+  :meth:`~StreamAlgorithm.start_from`, :meth:`~StreamAlgorithm.estimate` and
+  :meth:`~StreamAlgorithm.upload`; every one trains with :func:`client_update`;
+* server half: ``init_server(models) -> state`` (from the pre-trained cluster models),
+  ``cold_start(state, initial_models)`` (what a client downloads before its first upload),
+  ``server_step(state, client, upload, scratch, val_sets) -> (state, model, diag)`` for one
+  upload, and ``reply(state, model)`` (what goes back to the client).
+
+``has_server`` is False for the stream Local (no server, no cluster models to evaluate).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..config import CCFLConfig, Config, TrainConfig
+from ..data.drift import CycleData, DriftingImages
+from ..models import DataInfo, build_model
+from ..optim import SGD, Adam
+from ..params import Params, get_flat, set_flat
+from ..rng import numpy_rng, torch_generator
+from ..training import evaluate, make_optimizer, proximal_train
+from .base import ClientContext, Configured
+
+ValSets = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> float:
+    """KL(p || q) in nats, with q floored at eps."""
+    p, q = np.asarray(p, float), np.maximum(np.asarray(q, float), eps)
+    nz = p > 0
+    return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
+
+
+def nbytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else int(t.numel() * t.element_size())
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    return float(0.5 * np.abs(np.asarray(p, float) - np.asarray(q, float)).sum())
+
+
+@dataclass
+class StreamClient:
+    client: int
+    drift: DriftingImages
+    optimizer: Adam | SGD
+    local: Params | None = None
+    tau: int = 0
+    cycle: int = 0  # index of the current dataset (one per clock tick)
+    mu: np.ndarray | None = None  # FedSoft-Async: the mixture estimate of the last upload
+    uploaded_shares: np.ndarray | None = None  # the true mixture at the last upload (upload_policy shift)
+    cache: CycleData | None = None  # rebuilt from (seed, client, cycle); not checkpointed
+
+    @property
+    def data(self) -> CycleData:
+        if self.cache is None:
+            self.cache = self.drift.cycle(self.client, self.cycle)
+        return self.cache
+
+    def next_cycle(self) -> None:
+        self.cycle += 1
+        self.cache = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "cache": None}
+
+
+def pretrain(cfg: Config, settings: CCFLConfig, drift: DriftingImages, info: DataInfo) -> torch.Tensor:
+    """Each cluster model pre-trained on its public set (``pretrain_epochs`` with ``train``)."""
+    out = []
+    for s in range(drift.num_clusters):
+        model = build_model(cfg.model, info, torch_generator(cfg.seed, "center", 0 if settings.shared_init else s))
+        if settings.pretrain_epochs:
+            x, y = drift.public(s)
+            proximal_train(model, make_optimizer(cfg.train, model.parameters()), x, y, "classification", cfg.train,
+                           rng=numpy_rng(cfg.seed, "pretrain", s), epochs=settings.pretrain_epochs)
+        out.append(get_flat(model))
+    return torch.stack(out)
+
+
+def client_objective_gradient(grad_f: torch.Tensor, w: Params, anchor: Params, rho: float) -> torch.Tensor:
+    """Gradient of objective (2): grad h_m(w) = grad f_m(w) + rho (w - wbar_m)."""
+    return grad_f + rho * (w - anchor)
+
+
+def client_start(local: Params, reply: Params, settings: CCFLConfig) -> Params:
+    """The model a client trains from after receiving ``reply``: the reply itself
+    (``client_starts_from_reply``, the default reading) or its own local model."""
+    return reply.clone() if settings.client_starts_from_reply else local.clone()
+
+
+def client_update(model: nn.Module, optimizer: Adam | SGD, x: torch.Tensor, y: torch.Tensor, task: str,
+                  train_cfg: TrainConfig, anchor: Params, rho: float,
+                  rng: np.random.Generator | None = None) -> Params:
+    """Local training on objective (2) from ``model``'s current parameters, in place: the
+    local solver with the prox gradient rho w - rho wbar_m added (``anchor`` = wbar_m, the last
+    reply; :func:`client_objective_gradient`). ``optimizer`` must be bound to ``model``'s
+    parameters. Returns the trained vector."""
+    proximal_train(model, optimizer, x, y, task, train_cfg, pull_scale=float(rho),
+                   pull_target=float(rho) * anchor, rng=rng)
+    return get_flat(model)
+
+
+class StreamAlgorithm(Configured[CCFLConfig]):
+    """The template every stream algorithm shares; subclasses fill in the hooks."""
+
+    own_data = True  # the client's data is built per cycle, not by the federation
+    has_server = True
+
+    def __init__(self, settings: CCFLConfig) -> None:
+        super().__init__(settings)
+        self.name = settings.name
+        self.client_ops = {"stream_step": self.step, "stream_score": self.score}
+
+    # ------------------------------------------------------------------ client half
+    def init_client(self, ctx: ClientContext) -> StreamClient:
+        a = self.settings
+        drift = DriftingImages(ctx.cfg.data, ctx.cfg.seed, a.public_samples, a.rest_split)
+        return StreamClient(client=ctx.client, drift=drift,
+                            optimizer=make_optimizer(ctx.cfg.train, ctx.scratch.parameters()))
+
+    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        """(anchor, the K models if they came down, bytes downloaded) of a cold start."""
+        raise NotImplementedError
+
+    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+        """(the new anchor, the K models if they came down, bytes downloaded) of a reply."""
+        raise NotImplementedError
+
+    def start_from(self, cs: StreamClient, anchor: Params) -> Params:
+        """The model the client trains from after a reply (:func:`client_start`)."""
+        assert cs.local is not None
+        return client_start(cs.local, anchor, self.settings)
+
+    def estimate(self, ctx: ClientContext, cs: StreamClient, models: torch.Tensor | None) -> np.ndarray | None:
+        """The client's own estimate of its mixture (FedSoft-Async), or None."""
+        return None
+
+    def upload(self, cs: StreamClient, mu: np.ndarray | None) -> tuple[Params | None, int]:
+        """(what the client uploads, its bytes)."""
+        assert cs.local is not None
+        return cs.local, nbytes(cs.local) + (8 * len(mu) if mu is not None else 0)
+
+    def score_reply(self, ctx: ClientContext, cs: StreamClient, anchor: Params) -> dict[str, float]:
+        """Cli Aft: the reply on the test set of the data it was sent for."""
+        set_flat(ctx.scratch, anchor)
+        return evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+
+    def score(self, ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
+        """Client op ``stream_score``: at the end of the stream, the last reply's Cli Aft."""
+        anchor, _, _ = self.receive(cs, payload["replies"][ctx.client])
+        return cs, self.score_reply(ctx, cs, anchor)
+
+    def step(self, ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
+        """Client op ``stream_step``: receive the last reply (or the cold start), score it on the
+        current test set (Cli Aft of the previous upload), take the next tick's data, train on
+        objective (2) with the reply as anchor, score the result (Cli Bfr) and return the upload.
+        With ``upload_policy: shift`` the client keeps training on each new tick's data,
+        silently, until its mixture has moved by ``shift_threshold`` since its last upload (or
+        ``max_silent_ticks`` passed). Also returns the client's costs: bytes down/up, samples
+        trained, estimation forward passes and seconds spent training and estimating."""
+        a = self.settings
+        reply = payload["replies"].get(ctx.client)
+        after, down, models = None, 0, None
+        if reply is None:  # first upload: cold start from the initialisation tuple
+            cs.tau = 0
+            anchor, models, down = self.first_anchor(payload)
+            start = anchor.clone()
+        else:
+            cs.tau = reply["t"]
+            anchor, models, down = self.receive(cs, reply)
+            after = self.score_reply(ctx, cs, anchor) if self.has_server else None
+            start = self.start_from(cs, anchor)
+            if a.drift:
+                cs.next_cycle()
+        silent, samples, train_s = 0, 0, 0.0
+        while True:
+            tick = time.perf_counter()
+            set_flat(ctx.scratch, start)
+            cs.optimizer.bind(ctx.scratch.parameters())
+            start = client_update(ctx.scratch, cs.optimizer, cs.data.x, cs.data.y, ctx.info.task, ctx.cfg.train,
+                                  anchor, a.rho, rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle))
+            samples += len(cs.data) * ctx.cfg.train.local_epochs
+            train_s += time.perf_counter() - tick
+            if (a.upload_policy == "clock" or cs.uploaded_shares is None or silent >= a.max_silent_ticks
+                    or total_variation(cs.data.shares, cs.uploaded_shares) >= a.shift_threshold):
+                break
+            silent += 1  # no shift: keep training on the next tick's data, without uploading
+            if a.drift:
+                cs.next_cycle()
+        cs.local = start
+        tick = time.perf_counter()
+        mu = self.estimate(ctx, cs, models)
+        est_s = time.perf_counter() - tick if mu is not None else 0.0
+        forwards = len(models) * len(cs.data) if mu is not None and models is not None else 0
+        set_flat(ctx.scratch, cs.local)
+        before = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+        cs.uploaded_shares = cs.data.shares
+        w, up = self.upload(cs, mu)
+        return cs, {"w": w, "tau": cs.tau, "before": before, "after": after, "mu": mu, "shares": cs.data.shares,
+                    "samples": len(cs.data), "silent": silent, "finished": time.time(),
+                    "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
+                             "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s}}
+
+    # ------------------------------------------------------------------ server half
+    def init_server(self, models: torch.Tensor) -> Any:
+        raise NotImplementedError
+
+    def cold_start(self, state: Any, initial_models: torch.Tensor) -> dict[str, Any]:
+        """What a client downloads before its first upload."""
+        raise NotImplementedError
+
+    def server_step(self, state: Any, client: int, up: dict[str, Any], scratch: torch.nn.Module,
+                    val_sets: ValSets) -> tuple[Any, Params | None, dict[str, Any]]:
+        """The server's answer to one upload: (new state, the reply's model or None, diag).
+        ``diag`` has ``stale``, ``staleness``, ``u`` (the estimate, or None), ``fresh`` (the
+        estimate was made for this upload) and, where the server estimated, Algorithm 1's terms
+        and ``server_s`` / ``server_forwards`` (its cost)."""
+        raise NotImplementedError
+
+    def reply(self, state: Any, model: Params | None) -> dict[str, Any]:
+        """What goes back to the client: the reply's model, the server's epoch t, and (for
+        FedSoft-Async) the K cluster models."""
+        return {"model": model, "t": state.t, "models": None}
+
+    def models(self, state: Any) -> torch.Tensor:
+        """The cluster models (evaluated every ``eval_every`` uploads)."""
+        return state.models

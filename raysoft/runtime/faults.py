@@ -1,0 +1,105 @@
+"""Fault injection for testing recovery, as a wrapper around an executor.
+
+``faults:`` in the config lists them: ``kill_actor`` kills client actor ``actor`` before the
+first client call of round ``at_round``; ``nan_update`` turns client ``client``'s training
+result of that round into NaN; ``slow_client`` makes that client's work take ``factor`` times
+as long from that round on (applied where the client runs: :func:`slowdown`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from ..algorithms.base import Plan
+from ..config import Fault
+
+
+class Killable(Protocol):
+    def kill(self, actor: int) -> None:
+        """Kill one client actor (its next call fails as a dead actor's would)."""
+        ...
+
+
+def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
+    """How many times longer client ``client``'s work of round ``t`` takes (1: not slowed)."""
+    return max([f.factor for f in faults if f.kind == "slow_client" and f.client == client and t >= f.at_round]
+               or [1.0])
+
+
+def poison(result: Any) -> Any:
+    """The result with its float tensors filled with NaN."""
+    if isinstance(result, torch.Tensor) and result.is_floating_point():
+        return torch.full_like(result, float("nan"))
+    if isinstance(result, np.ndarray) and result.dtype.kind == "f":
+        return np.full_like(result, np.nan)
+    if isinstance(result, (list, tuple)):
+        return type(result)(poison(r) for r in result)
+    return result
+
+
+EventFn = Callable[..., None]
+
+
+class FaultInjector:
+    """An executor that injects the config's faults into the one it wraps."""
+
+    def __init__(self, inner: Any, faults: Sequence[Fault]) -> None:
+        self.inner = inner  # an Executor that is also Killable
+        self.faults = list(faults)
+        self.fired: set[int] = set()  # kill faults already triggered (never re-fired after a restore)
+        self.on_event: EventFn = lambda *a, **k: None  # the coordinator's event recorder
+
+    @property
+    def placement(self) -> list[dict[str, Any]]:
+        return self.inner.placement
+
+    @property
+    def late(self) -> list[int]:
+        return self.inner.late
+
+    def _before(self, op: str, t: int) -> None:
+        if op == "evaluate":  # a round's faults fire at its first client call, evaluations aside
+            return
+        for i, f in enumerate(self.faults):
+            if f.kind == "kill_actor" and f.at_round == t and i not in self.fired:
+                self.fired.add(i)
+                self.on_event("fault_injected", f"kill actor {f.actor}", actor=f.actor)
+                self.inner.kill(f.actor)
+
+    def _poisoned(self, op: str, t: int) -> list[int]:
+        return [f.client for f in self.faults if f.kind == "nan_update" and f.at_round == t and op == "train"]
+
+    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
+        self._before(op, t)
+        results = self.inner.call(op, client_ids, payload, t)
+        for k in self._poisoned(op, t):
+            if k in results:
+                results[k] = poison(results[k])
+        return results
+
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+             part: int | None) -> dict[int, tuple[bool, Any]]:
+        self._before(op, t)
+        flags = self.inner.keep(op, client_ids, payload, t, part)
+        for k in self._poisoned(op, t):  # a NaN update is never summed: it is not finite
+            if k in flags:
+                flags[k] = (False, poison(flags[k][1]))
+        return flags
+
+    def accumulate(self, plan: Plan) -> torch.Tensor:
+        return self.inner.accumulate(plan)
+
+    def get_states(self) -> dict[int, Any]:
+        return self.inner.get_states()
+
+    def set_states(self, states: dict[int, Any]) -> None:
+        self.inner.set_states(states)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def recover(self) -> None:
+        self.inner.recover()

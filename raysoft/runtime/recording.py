@@ -1,0 +1,163 @@
+"""What every coordinator shares: the clock, the recorder, events, the cluster evaluation,
+checkpoints and recovery, and the step loop. :mod:`~raysoft.runtime.rounds` (synchronous
+rounds) and :mod:`~raysoft.runtime.streams` (asynchronous streams) fill in the rest."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..errors import ClientFailure
+from ..evaluation import evaluate_centers
+from ..results import Recorder
+from .checkpoint import load_checkpoint, save_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class CoordinatorBase:
+    """Drives one run through an executor and records every measurement. Subclasses set
+    ``CHECKPOINTED`` (the attributes a checkpoint holds) and implement :meth:`init_run`,
+    :meth:`evaluate`, :meth:`step`, :meth:`done` and :meth:`results`."""
+
+    CHECKPOINTED: tuple[str, ...] = ()
+
+
+    def __init__(self, cfg: Config, executor: Any, run_id: str, run_dir: str | None = None) -> None:
+        self.cfg, self.executor = cfg, executor
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.recorder = Recorder(run_id)
+        self.start = time.monotonic()
+        self.started = False  # the initial evaluation is done
+        for actor, where in enumerate(executor.placement):
+            for k in where["clients"]:
+                self.recorder.add("placement", client=k, actor=actor, node_id=where["node_id"])
+        if hasattr(executor, "on_event"):
+            executor.on_event = self.event
+
+    # ------------------------------------------------------------------ subclasses
+    def init_run(self) -> None:
+        """Set every piece of run state to the start of the run."""
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def step(self) -> dict[str, Any]:
+        """One unit of work after the initial evaluation (a round, or a batch of uploads)."""
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(tables as columns, summary), for the writer."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ recording
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def row(self, scope: str, entity: int, eval_dist: int, metric: str, value: float, step: int | None = None,
+            vtime: float | None = None) -> None:
+        """One row of metrics.parquet (``step`` defaults to the current round)."""
+        self.recorder.add("metrics", algorithm=self.cfg.algorithm.name, step=self.round if step is None else step,
+                          time_s=self.elapsed(), scope=scope, entity=entity, eval_dist=eval_dist, metric=metric,
+                          value=float(value), virtual_time=vtime)
+
+    def event(self, kind: str, detail: str = "", client: int = -1, actor: int = -1) -> None:
+        """One row of events.parquet, and a log line."""
+        (log.info if kind == "checkpoint" else log.warning)("round %d: %s %s", self.round, kind, detail)
+        self.recorder.add("events", step=self.round, time_s=self.elapsed(), kind=kind, client=client,
+                          actor=actor, detail=detail)
+
+    def evaluate_clusters(self, scratch: torch.nn.Module, models: torch.Tensor,
+                          holdouts: Sequence[tuple[torch.Tensor, torch.Tensor]], task: str,
+                          metric: str) -> np.ndarray:
+        """Every model on every holdout set, recorded; returns ``metric`` as [distribution, model]."""
+        results = evaluate_centers(scratch, models, holdouts, task)
+        scores = np.zeros((len(holdouts), models.shape[0]))
+        for (c, s), metrics in results.items():
+            for name, value in metrics.items():
+                self.row("cluster", c, s, name, value)
+            scores[s, c] = metrics[metric]
+        return scores
+
+    # ------------------------------------------------------------------ the loop
+    def advance(self) -> dict[str, Any]:
+        """One unit of work: the initial evaluation, or one step (recovering from a dead client
+        actor by restoring the last checkpoint). ``done`` says the run is complete."""
+        try:
+            if not self.started:
+                info = {"round": self.round, "headline": self.evaluate()}
+                self.started = True
+            else:
+                info = self.step()
+        except ClientFailure as err:
+            self.event("actor_died", str(err))
+            self.recover()
+            info = {"round": self.round, "headline": None}
+        info["done"] = self.started and self.done()
+        return info
+
+    def maybe_checkpoint(self) -> None:
+        every = self.cfg.output.checkpoint_every
+        if every and self.run_dir is not None and self.round % every == 0:
+            self.checkpoint()
+
+    # ------------------------------------------------------------------ checkpoints and recovery
+    def checkpoint(self) -> None:
+        """Save everything needed to continue (atomically), and the results so far."""
+        assert self.run_dir is not None
+        self.event("checkpoint")
+        blob = {name: getattr(self, name) for name in self.CHECKPOINTED}
+        blob.update(elapsed=self.elapsed(), recorder=self.recorder.columns, clients=self.executor.get_states())
+        save_checkpoint(self.run_dir, blob, self.recorder)
+
+    def restore(self, blob: dict[str, Any] | None) -> None:
+        """Continue from a checkpoint; with none, start the run again from the beginning (the
+        events and placement recorded so far are kept)."""
+        kept = {name: self.recorder.columns[name] for name in ("events", "placement")}
+        if blob is None:
+            self.executor.reset()
+            self.recorder = Recorder(self.recorder.run_id)
+            self.recorder.columns.update(kept)
+            self.started = False
+            self.init_run()
+            return
+        self.executor.set_states(blob["clients"])
+        for name in self.CHECKPOINTED:
+            if name in blob:  # a field added since the checkpoint keeps its initial value
+                setattr(self, name, blob[name])
+        self.recorder.columns = {**self.recorder.columns, **blob["recorder"]}  # tables added since stay
+        events = kept["events"]
+        if events["run_id"]:  # keep this session's events (the checkpoint has the earlier ones)
+            for k in events:
+                self.recorder.columns["events"][k] = blob["recorder"]["events"][k] + events[k]
+        self.start = time.monotonic() - blob["elapsed"]
+
+    def resume(self) -> None:
+        """Continue from the run directory's checkpoint (from the start without one)."""
+        blob = load_checkpoint(self.run_dir)
+        if blob is not None:
+            self.restore(blob)
+
+    def recover(self, attempts: int = 5) -> None:
+        """Restart dead actors and restore the last checkpoint; retry while the cluster is
+        still changing (e.g. a node is going away)."""
+        for attempt in range(attempts):
+            try:
+                self.executor.recover()
+                self.restore(load_checkpoint(self.run_dir))
+                self.event("restored", f"continuing from round {self.round}")
+                return
+            except ClientFailure as err:
+                self.event("actor_died", f"during recovery: {err}")
+                time.sleep(min(2.0**attempt, 10.0))
+        raise RuntimeError(f"could not recover the client actors after {attempts} attempts")

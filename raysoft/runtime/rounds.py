@@ -1,0 +1,171 @@
+"""The coordinator of synchronous algorithms: drive an algorithm's rounds through an executor.
+
+Everything that reaches the results goes through here, in client order, so the numbers do not
+depend on the backend or on how clients are packed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..algorithms import ClientCall, Reduced, ServerContext
+from ..algorithms.base import split_result
+from ..config import Config
+from ..data import Federation
+from ..errors import UpdateError
+from ..evaluation import HEADLINE, LOWER_IS_BETTER, summarize
+from ..models import build_model
+from .executor import finite
+from .recording import CoordinatorBase
+
+
+class RoundCoordinator(CoordinatorBase):
+    """Runs the rounds of one synchronous experiment and records every measurement."""
+
+    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means")
+
+    def __init__(self, cfg: Config, executor: Any, algorithm: Any, run_id: str, run_dir: str | None = None) -> None:
+        self.round = 0
+        super().__init__(cfg, executor, run_id, run_dir)
+        self.algorithm = algorithm
+        self.fed = Federation(cfg.data, cfg.seed)
+        self.ctx = ServerContext(cfg=cfg, sizes=self.fed.sizes, info=self.fed.info)
+        self.holdouts = [self.fed.holdout(s) for s in range(self.fed.num_distributions)]
+        self.scratch = build_model(cfg.model, self.fed.info)
+        self.metric = HEADLINE[self.fed.info.task]
+        self.init_run()
+
+    def init_run(self) -> None:
+        self.state = self.algorithm.init_server(self.ctx)
+        self.round = 0
+        self.center_scores: np.ndarray | None = None
+        self.local_means: dict[str, float] = {}
+        shares = self.fed.realized_shares()
+        for k in range(self.fed.num_clients):
+            for s in range(self.fed.num_distributions):
+                self.recorder.add("clients", step=0, client=k, distribution=s, share=float(shares[k, s]),
+                                  samples=int(round(shares[k, s] * self.fed.sizes[k])))
+
+    def done(self) -> bool:
+        return self.round >= self.cfg.algorithm.rounds
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Every center on every holdout set; every client's local model on its own data."""
+        scores = self.evaluate_clusters(self.scratch, self.algorithm.centers(self.state), self.holdouts,
+                                        self.fed.info.task, self.metric)
+        local = self.executor.call("evaluate", list(range(self.fed.num_clients)),
+                                   self.algorithm.eval_payload(self.state), self.round)
+        for k in sorted(local):
+            for name, value in local[k].items():
+                if not name.startswith("_"):
+                    self.row("client", k, -1, name, value)
+        absorb = getattr(self.algorithm, "absorb_eval", None)
+        if absorb is not None:
+            self.state = absorb(self.state, local)
+        self.center_scores = scores
+        names = [n for n in local[0] if not n.startswith("_")] if local else []
+        self.local_means = {n: float(np.mean([local[k][n] for k in sorted(local)])) for n in names}
+        head = {}
+        if scores.shape[1]:
+            best = scores.min(axis=1) if LOWER_IS_BETTER[self.metric] else scores.max(axis=1)
+            head = {f"{self.metric}[{s}]": float(v) for s, v in enumerate(best)}
+        if self.metric in self.local_means:
+            head[f"local {self.metric}"] = self.local_means[self.metric]
+        return head
+
+    # ------------------------------------------------------------------ client calls
+    def _report_bad(self, op: str, bad: list[int], t: int) -> None:
+        for k in bad:
+            self.event("nan_update", f"op {op}: non-finite update", client=k)
+        if bad and self.cfg.train.nan_policy == "stop":
+            raise UpdateError(f"round {t}: client {bad[0]} returned a non-finite update (train.nan_policy: stop)")
+
+    def _report_late(self, op: str) -> None:
+        for k in self.executor.late:
+            self.event("late_update", f"op {op}: missed the round deadline", client=k)
+
+    def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
+        """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
+        results = self.executor.call(call.op, call.clients, call.payload, t)
+        self._report_late(call.op)
+        bad = [k for k in sorted(results) if not finite(results[k])]
+        self._report_bad(call.op, bad, t)
+        return {k: v for k, v in results.items() if k not in bad}
+
+    def _reduced_call(self, call: ClientCall, t: int) -> Reduced:
+        """A call whose results are summed (``call.reduce``): in the client actors when
+        ``ray.reduce_in_actors`` (only finiteness, the small rest of each result and one tensor
+        per actor travel), else here; the same additions in the same client-id order either way."""
+        red = call.reduce
+        assert red is not None
+        if self.cfg.ray.reduce_in_actors:
+            flags = self.executor.keep(call.op, call.clients, call.payload, t, red.part)
+            self._report_late(call.op)
+            self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
+            rest = {k: flags[k][1] for k in sorted(flags) if flags[k][0]}
+            plan = red.plan(rest)
+            value = self.executor.accumulate(plan) if plan.terms else plan.start
+            return Reduced(value, sorted(rest), rest)
+        results = self._call(call, t)
+        split = {k: split_result(results[k], red.part) for k in sorted(results)}
+        value = red.plan({k: v[1] for k, v in split.items()}).apply({k: v[0] for k, v in split.items()})
+        return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
+
+    def step(self) -> dict[str, Any]:
+        """Run one round; evaluate when it is due; checkpoint when due."""
+        t = self.round
+        gen = self.algorithm.round(self.ctx, self.state, t)
+        try:
+            call = next(gen)
+            while True:
+                call = gen.send(self._reduced_call(call, t) if call.reduce is not None else self._call(call, t))
+        except StopIteration as stop:
+            self.state, diag = stop.value
+        if diag.get("weights_updated"):
+            self._record_weights(t)
+        self.round = t + 1
+        info: dict[str, Any] = {"round": self.round, "headline": None, "trained": diag.get("trained")}
+        if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
+            info["headline"] = self.evaluate()
+        self.maybe_checkpoint()
+        return info
+
+    def _record_weights(self, step: int) -> None:
+        """The importance weights estimated at the start of round ``step``."""
+        weights = self.algorithm.weights(self.state)
+        if weights is None:
+            return
+        for k in range(weights.shape[0]):
+            for c in range(weights.shape[1]):
+                self.recorder.add("weights", step=step, client=k, center=c, estimate=float(weights[k, c]))
+
+    # ------------------------------------------------------------------ the end
+    def _record_assignments(self, predicted: np.ndarray) -> dict[str, Any]:
+        """Write the final hard clustering; return its ARI against the clients' main distribution."""
+        from sklearn.metrics import adjusted_rand_score
+
+        truth = self.fed.mixtures.argmax(axis=1)
+        for k in range(self.fed.num_clients):
+            self.recorder.add("assignments", client=k, predicted=int(predicted[k]), truth=int(truth[k]))
+        return {"ari": float(adjusted_rand_score(truth, predicted)), "num_clusters": int(len(np.unique(predicted)))}
+
+    def summary(self) -> dict[str, Any]:
+        """The final figures of the run (call after the last evaluation)."""
+        if self.center_scores is None:
+            self.evaluate()
+        assert self.center_scores is not None
+        weights = self.algorithm.weights(self.state)
+        out = summarize(self.center_scores, self.metric, self.local_means, weights, self.fed.realized_shares())
+        assign = getattr(self.algorithm, "assignment", None)
+        if assign is not None:
+            out.update(self._record_assignments(np.asarray(assign(self.state))))
+        out.update(run_id=self.recorder.run_id, algorithm=self.cfg.algorithm.name, dataset=self.cfg.data.name,
+                   rounds=self.round, wall_time_s=self.elapsed())
+        return out
+
+    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        summary = self.summary()
+        return self.recorder.tables(), summary

@@ -1,0 +1,257 @@
+"""The coordinator of asynchronous, client-driven event streams (CCFL, FedSoft-Async, Local).
+
+Clients upload when their own clock says: client m's uploads are separated by exponential
+gaps with a rate drawn once per client from U[upload_rate] (fast and slow clients coexist),
+starting at its join time. Each upload is one global epoch t of the server.
+
+**Reproducible asynchrony** (``mode: virtual``): a client's next upload depends only on its
+last reply, so every client whose upload is not yet computed trains at the same time (in
+parallel on the client actors); the server then applies uploads strictly in virtual-time order
+(ties by client id) until it reaches a client whose next upload is not computed, and the cycle
+repeats. The numbers do not depend on the cluster, the packing or the timing.
+``mode: realtime`` applies each batch's uploads in the order they finished (wall clock), for
+studying true asynchrony; it is not reproducible.
+
+Recorded per upload (``step`` = the global epoch t): the client's Cli Bfr (``accuracy_before``,
+the uploaded model on a test set with its current mixture), Cli Aft (``accuracy_after``, the
+reply on the same test set, measured when the client next trains, or at the end of the stream
+for its last reply, and filed under the same step), ``kl`` = KL(true mixture || estimate), the
+client's costs, the estimate in ``weights.parquet`` and the true mixture in ``clients.parquet``;
+every ``eval_every`` uploads, every cluster model on every cluster's test set. The summary's
+``cli_bfr`` / ``cli_aft`` are the CCFL paper's Table 1 definitions: the mean over clients at
+their final upload-download cycle; ``cluster_acc`` the cluster models' accuracy averaged over
+every evaluation; the means over all uploads are ``cli_bfr_all_uploads`` / ``cli_aft_all_uploads``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..algorithms.stream import StreamAlgorithm, kl_divergence, pretrain
+from ..config import CCFLConfig, Config
+from ..data.drift import DriftingImages
+from ..evaluation import summarize, weight_error
+from ..models import build_model
+from ..rng import numpy_rng
+from .recording import CoordinatorBase
+
+
+class StreamCoordinator(CoordinatorBase):
+    """Runs an asynchronous stream over an executor (the same executors as the rounds)."""
+
+    # everything a checkpoint must hold to continue the stream exactly (no random state: every
+    # draw is derived from (seed, purpose, ids))
+    CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
+                    "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "center_scores", "means", "totals",
+                    "final_before", "final_after", "cluster_history", "finished")
+
+    def __init__(self, cfg: Config, executor: Any, algorithm: StreamAlgorithm, run_id: str,
+                 run_dir: str | None = None) -> None:
+        super().__init__(cfg, executor, run_id, run_dir)
+        self.algorithm = algorithm
+        self.a: CCFLConfig = algorithm.settings
+        self.drift = DriftingImages(cfg.data, cfg.seed, self.a.public_samples, self.a.rest_split)
+        self.info = self.drift.info
+        self.scratch = build_model(cfg.model, self.info)
+        self.initial_models = pretrain(cfg, self.a, self.drift, self.info)
+        self.val_sets = [self.drift.public(s) for s in range(self.drift.num_clusters)]
+        self.holdouts = [self.drift.holdout(s) for s in range(self.drift.num_clusters)]
+        lo, hi = self.a.upload_rate
+        self.rates = np.array([numpy_rng(cfg.seed, "clock-rate", m).uniform(lo, hi) for m in range(cfg.data.clients)])
+        self.init_run()
+
+    def init_run(self) -> None:
+        n = self.cfg.data.clients
+        self.state = self.algorithm.init_server(self.initial_models)
+        joins = self.cfg.data.join_schedule or [0.0] * n
+        self.next_time = np.array([joins[m] + self._gap(m, 0) for m in range(n)])  # each client's next tick
+        self.ticks = np.zeros(n, dtype=np.int64)  # clock ticks used (uploads + silent ticks)
+        self.replies: dict[int, dict[str, Any]] = {}
+        self.computed: dict[int, dict[str, Any]] = {}
+        self.last_step: dict[int, int] = {}
+        self.last_u: dict[int, np.ndarray] = {}
+        self.last_shares: dict[int, np.ndarray] = {}
+        self.last_vtime: dict[int, float] = {}
+        self.kl: list[float] = []
+        self.kl_fresh: list[float] = []  # uploads whose estimate was made for them (not reused)
+        self.stale = 0
+        self.center_scores: np.ndarray | None = None
+        self.means: dict[str, list[float]] = {"accuracy_before": [], "accuracy_after": []}
+        self.final_before: dict[int, float] = {}  # each client's Cli Bfr / Cli Aft of its last upload
+        self.final_after: dict[int, float] = {}
+        self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
+        self.finished = False
+        self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
+                                        "server_forwards", "train_s", "estimation_s", "server_estimation_s",
+                                        "silent_ticks")}
+
+    @property
+    def round(self) -> int:
+        return self.state.t
+
+    def done(self) -> bool:
+        return self.state.t >= self.a.rounds
+
+    def _gap(self, m: int, c: int) -> float:
+        return float(numpy_rng(self.cfg.seed, "clock", m, c).exponential(1.0 / self.rates[m]))
+
+    # ------------------------------------------------------------------ the stream
+    def evaluate(self) -> dict[str, float]:
+        """Every cluster model on every cluster's test set (not for Local: it has no server)."""
+        head: dict[str, float] = {}
+        if self.algorithm.has_server:
+            scores = self.evaluate_clusters(self.scratch, self.algorithm.models(self.state), self.holdouts,
+                                            "classification", "accuracy")
+            self.center_scores = scores
+            self.cluster_history.append(float(np.mean(np.diag(scores))))
+            head = {f"acc[{s}]": float(scores[s, s]) for s in range(scores.shape[0])}
+        if self.means["accuracy_before"]:
+            head["cli bfr"] = float(np.mean(self.means["accuracy_before"][-50:]))
+        return head
+
+    def _apply(self, m: int, up: dict[str, Any]) -> None:
+        """The server's answer to client m's upload, and its records."""
+        self.state, reply, diag = self.algorithm.server_step(self.state, m, up, self.scratch, self.val_sets)
+        self.totals["server_estimation_s"] += diag.get("server_s", 0.0)
+        self.totals["server_forwards"] += diag.get("server_forwards", 0)
+        t, vt = self.state.t, up["vtime"]
+        self.stale += bool(diag["stale"])
+        for name, value in up["before"].items():
+            self.row("client", m, -1, f"{name}_before", value, vtime=vt)
+        self.means["accuracy_before"].append(up["before"]["accuracy"])
+        self.final_before[m] = up["before"]["accuracy"]
+        if up["after"] is not None:  # the previous reply, scored on the data it was sent for
+            self._record_after(m, up["after"])
+        for name, value in up["cost"].items():
+            self.totals[name] += value
+            if not name.endswith("_s"):
+                self.row("client", m, -1, name, value, vtime=vt)
+        self.totals["silent_ticks"] += up["silent"]
+        self.row("client", m, -1, "silent_ticks", up["silent"], vtime=vt)
+        if diag["u"] is not None:
+            u = np.asarray(diag["u"], dtype=float)
+            kl = kl_divergence(up["shares"], u)
+            self.kl.append(kl)
+            if diag["fresh"]:  # a stale CCFL upload reuses the client's last estimate
+                self.kl_fresh.append(kl)
+            self.row("client", m, -1, "kl", kl, vtime=vt)
+            self.row("client", m, -1, "staleness", diag["staleness"], vtime=vt)
+            for c, est in enumerate(u):
+                self.recorder.add("weights", step=t, client=m, center=c, estimate=float(est))
+            if "scores" in diag:  # CCFL's Algorithm 1 terms (raw, before the bars)
+                for c in range(len(u)):
+                    self.recorder.add("estimation", step=t, client=m, center=c, l=float(diag["l"][c]),
+                                      d1=float(diag["d1"][c]), d2=float(diag["d2"][c]),
+                                      score=float(diag["scores"][c]), alpha=float(diag["alpha"][c]),
+                                      rejected=bool(diag["rejected"][c]))
+            self.last_u[m] = u
+        for s, share in enumerate(up["shares"]):
+            self.recorder.add("clients", step=t, client=m, distribution=s, share=float(share),
+                              samples=int(round(share * up["samples"])))
+        self.last_step[m], self.last_shares[m], self.last_vtime[m] = t, np.asarray(up["shares"]), vt
+        self.replies[m] = self.algorithm.reply(self.state, reply)
+        self.ticks[m] += 1 + up["silent"]
+        self.next_time[m] = vt + self._gap(m, int(self.ticks[m]))
+
+    def _record_after(self, m: int, after: dict[str, float]) -> None:
+        for name, value in after.items():
+            self.row("client", m, -1, f"{name}_after", value, step=self.last_step[m], vtime=self.last_vtime[m])
+        self.means["accuracy_after"].append(after["accuracy"])
+        self.final_after[m] = after["accuracy"]
+
+    def _finish(self) -> None:
+        """Score every client's last reply (Cli Aft of its final upload): computed uploads that
+        will never be applied carry it; the other clients score it now."""
+        if not self.algorithm.has_server or self.finished:
+            return
+        self.finished = True
+        for m in sorted(self.computed):
+            if self.computed[m]["after"] is not None:
+                self._record_after(m, self.computed[m]["after"])
+        rest = [m for m in sorted(self.replies) if m not in self.computed]
+        if rest:
+            scores = self.executor.call("stream_score", rest, {"replies": {m: self.replies[m] for m in rest}},
+                                        self.state.t)
+            for m in rest:
+                self._record_after(m, scores[m])
+
+    def _upload_time(self, m: int, silent: int) -> float:
+        """The virtual time of client m's computed upload: its next tick, plus the ticks it let
+        pass silently (upload_policy shift)."""
+        return float(self.next_time[m] + sum(self._gap(m, int(self.ticks[m]) + j) for j in range(1, silent + 1)))
+
+    def step(self) -> dict[str, Any]:
+        """One batch: train every client whose next upload is not computed (in parallel), then
+        apply uploads in virtual-time order while the earliest is computed (an uncomputed
+        client's next tick bounds its upload time from below)."""
+        total = int(self.a.rounds)
+        n = self.cfg.data.clients
+        need = [m for m in range(n) if m not in self.computed]
+        if need:
+            payload = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
+            if len(self.replies) < len(need):  # someone's first upload: the cold start comes down
+                payload.update(self.algorithm.cold_start(self.state, self.initial_models))
+            done = self.executor.call("stream_step", need, payload, self.state.t)
+            for m in sorted(done):
+                done[m]["vtime"] = self._upload_time(m, done[m]["silent"])
+            self.computed.update(done)
+        head = None
+        order = None
+        if self.a.mode == "realtime":  # arrival order within the batch
+            order = sorted(self.computed, key=lambda m: (self.computed[m]["finished"], m))
+        while self.state.t < total:
+            if order is not None:
+                if not order:
+                    break
+                m = order.pop(0)
+            else:
+                keys = np.array([self.computed[i]["vtime"] if i in self.computed else self.next_time[i]
+                                 for i in range(n)])
+                m = int(np.lexsort((np.arange(n), keys))[0])
+                if m not in self.computed:
+                    break
+            self._apply(m, self.computed.pop(m))
+            if self.state.t % self.a.eval_every == 0 or self.state.t == total:
+                head = self.evaluate()
+            self.maybe_checkpoint()
+        if self.state.t >= total:
+            self._finish()
+        return {"round": self.state.t, "headline": head}
+
+    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self.center_scores is None and self.algorithm.has_server:
+            self.evaluate()
+        ids = sorted(self.last_u)
+        weights = np.stack([self.last_u[m] for m in ids]) if ids else None
+        truth = np.stack([self.last_shares[m] for m in ids]) if ids else np.zeros((0, 0))
+        means = {k: float(np.mean(v)) for k, v in self.means.items() if v}
+        k = self.drift.num_clusters
+        scores = self.center_scores if self.center_scores is not None else np.zeros((k, 0))
+        out = summarize(scores, "accuracy", means, weights, truth)
+        if weights is not None:  # cluster k is pre-trained on distribution k: no matching to guess
+            out["matching"] = {str(s): s for s in range(k)}
+            out["weight_mae"] = weight_error(weights, truth, np.arange(k))
+        # the CCFL paper's Table 1: clients' accuracy at their final upload-download cycle (before
+        # uploading and of the reply), the clusters' accuracy averaged over all evaluations; the
+        # mean KL; and the means over every upload
+        final = lambda d: float(np.mean(list(d.values()))) if d else None  # noqa: E731
+        out.update(cli_bfr=final(self.final_before), cli_aft=final(self.final_after),
+                   cluster_acc=float(np.mean(self.cluster_history)) if self.cluster_history else None,
+                   kl=float(np.mean(self.kl)) if self.kl else None,
+                   kl_fresh_estimates=float(np.mean(self.kl_fresh)) if self.kl_fresh else None,
+                   cli_bfr_all_uploads=means.get("accuracy_before"), cli_aft_all_uploads=means.get("accuracy_after"),
+                   cluster_acc_final=float(np.mean(np.diag(scores))) if scores.shape[1] else None)
+        n, tot = self.cfg.data.clients, self.totals
+        out.update(bytes_down_per_client=tot["bytes_down"] / n, bytes_up_per_client=tot["bytes_up"] / n,
+                   samples_trained_per_client=tot["samples_trained"] / n,
+                   client_estimation_forwards_per_client=tot["estimation_forwards"] / n,
+                   server_estimation_forwards=int(tot["server_forwards"]), silent_ticks=int(tot["silent_ticks"]),
+                   # where the time goes: seconds summed over clients (they run in parallel) and the server's
+                   time_breakdown_s={"client_training": tot["train_s"], "client_estimation": tot["estimation_s"],
+                                     "server_estimation": tot["server_estimation_s"]})
+        out.update(run_id=self.recorder.run_id, algorithm=self.a.name, dataset=self.cfg.data.name,
+                   rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
+                   wall_time_s=self.elapsed())
+        return self.recorder.tables(), out
