@@ -129,7 +129,7 @@ def tracked_text_files() -> list[Path]:
 
 def test_no_citations_of_material_outside_the_repository():
     """Papers are cited by title and venue, and design choices by a docs/ anchor: no tracked file
-    names the implementer's notes or a papers/ folder, which a clone does not have."""
+    names the implementer's notes or the folder of papers beside them, which a clone does not have."""
     hits = []
     for path in tracked_text_files():
         for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
