@@ -1,6 +1,6 @@
 """Batched multi-client training against the per-client loop, in one client host (one process,
 one torch thread, as inside a client actor): the measurement behind `train.batched_clients:
-auto` (README, Performance).
+auto` (docs/performance.md).
 
     .venv/bin/python jobs/batching_bench.py [--repeats 3]
 

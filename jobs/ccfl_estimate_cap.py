@@ -1,4 +1,5 @@
-"""How close can CCFL's estimate get to the truth? (papers/ccfl.md Algorithm 1, Table 2, A.1)
+"""How close can CCFL's estimate get to the truth? (CCFL, ICLR 2024 submission: Algorithm 1,
+Table 2, Appendix A.1; docs/algorithms.md#ccfl-estimate-cap)
 
     .venv/bin/python jobs/ccfl_estimate_cap.py [RUN_DIR ...]
 

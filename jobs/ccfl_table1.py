@@ -1,4 +1,4 @@
-"""CCFL's Table 1 (papers/ccfl.md) at laptop scale: CCFL, FedSoft-Async and Local on identical
+"""CCFL's Table 1 (ICLR 2024 submission) at laptop scale: CCFL, FedSoft-Async and Local on identical
 rotated Fashion-MNIST streams for K = 2, 3, 4, 6, each K with its Table 2 row
 (jobs/ccfl_fmnist_k{K}.yaml) but fewer clients and cycles and smaller server sets, and the two
 departures of jobs/ccfl_fmnist_k4_small.yaml.

@@ -1,4 +1,4 @@
-"""Reproduce FedSoft's synthetic tables (papers/fedsoft.md Table 1, S = 2; Table 3, S = 8).
+"""Reproduce FedSoft's synthetic tables (FedSoft, AAAI'22: Table 1, S = 2; Table 3, S = 8).
 
     .venv/bin/python jobs/fedsoft_tables.py [--seeds 0 1 2] [--out runs/tables] [--set k=v ...]
 

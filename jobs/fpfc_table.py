@@ -1,4 +1,4 @@
-"""Reproduce FPFC's Table 1 (papers/fpfc.md): FPFC, FPFC-l1, IFCA (told L = 4), FedAvg and Local
+"""Reproduce FPFC's Table 1 (FPFC, AAAI'23): FPFC, FPFC-l1, IFCA (told L = 4), FedAvg and Local
 on FPFC's synthetic data (m = 100 devices in L = 4 clusters), over several seeds.
 
     .venv/bin/python jobs/fpfc_table.py [--seeds 0 1 2] [--methods fpfc ifca ...] [--set k=v ...]

@@ -1,4 +1,4 @@
-"""Where a W2 round's time and memory go (README, Performance): the figures behind the analysis.
+"""Where a W2 round's time and memory go (docs/performance.md): the figures behind the analysis.
 
     .venv/bin/python jobs/w2_anatomy.py
 

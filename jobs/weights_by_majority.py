@@ -1,8 +1,8 @@
 """How a run's estimated weights (FedEM's pi, FedSoft's u, IFCA's one-hot choice) move, client
 group by client group: the clients are grouped by their majority distribution, and for every
 step recorded in ``weights.parquet`` this prints each group's mean weight of every center,
-beside the group's true mean shares (``clients.parquet``). The README's FedEM figures come from
-it.
+beside the group's true mean shares (``clients.parquet``). The FedEM figures of docs/results.md come
+from it.
 
     .venv/bin/python jobs/weights_by_majority.py RUN_DIR [--steps 0,10,30]
 

@@ -1,5 +1,5 @@
-"""CCFL's sub-steps against numbers computed by hand (papers/ccfl.md, Algorithms 1 and 2,
-equation (3), section 5.3; ALGORITHMS.md section 5)."""
+"""CCFL's sub-steps against numbers computed by hand (CCFL, ICLR 2024 submission: Algorithms 1
+and 2, equation (3), section 5.3; the readings in docs/algorithms.md#ccfl)."""
 
 import math
 
@@ -353,7 +353,7 @@ def test_upload_trained_on_cluster_0_is_estimated_as_cluster_0():
 
 
 def test_the_amplified_estimate_is_capped_well_below_a_dominant_share():
-    """Why CCFL's estimates stay soft (README, "Asynchronous streams"): each bracket of Algorithm
+    """Why CCFL's estimates stay soft (docs/algorithms.md#ccfl-estimate-cap): each bracket of Algorithm
     1 lies in [0, 1], so a score is at most 1/(K-1) and at least (K-2)/(K-1)^2 when one cluster
     wins every term; after softmax(A u) with K = 4, A = 7 the largest weight is
     e^(7/9) / (e^(7/9) + 3) = 0.4205, however clear the evidence (the true main share is 0.4-0.9)."""

@@ -1,4 +1,4 @@
-"""Partitions and the synthetic generator (papers/fedsoft.md, Experiments)."""
+"""Partitions and the synthetic generator (FedSoft, AAAI'22, Experiments)."""
 
 import numpy as np
 import torch

@@ -1,4 +1,4 @@
-"""FedSoft's sub-steps against numbers computed by hand (papers/fedsoft.md, Algorithm 1)."""
+"""FedSoft's sub-steps against numbers computed by hand (FedSoft, AAAI'22, Algorithm 1)."""
 
 import numpy as np
 import pytest

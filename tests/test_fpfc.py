@@ -1,4 +1,4 @@
-"""FPFC (papers/fpfc.md Algorithm 1; ALGORITHMS.md 4): the SCAD prox against brute force,
+"""FPFC (AAAI'23, Algorithm 1; docs/algorithms.md#fpfc-and-fpfc-l1): the SCAD prox against brute force,
 the pair bookkeeping and zeta by hand, clustering, and a small run that finds the clusters."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 """Every algorithm on image data through the whole engine, on tiny IDX files written here.
 (Claims on real rotated Fashion-MNIST are checked by ``raysoft compare jobs/compare_fmnist.yaml``,
-reported in the README: at test-sized budgets they are not yet stable.)"""
+reported in docs/results.md: at test-sized budgets they are not yet stable.)"""
 
 import pytest
 

@@ -1,5 +1,5 @@
 """raysoft report on asynchronous stream runs (CCFL, FedSoft-Async, Local as a stream): the
-papers/ccfl.md Figure 3 curves and Figure 4(b) KL bars hold the numbers of metrics.parquet, the
+CCFL paper's Figure 3 curves and Figure 4(b) KL bars hold the numbers of metrics.parquet, the
 Markdown lists the summary's Cli Bfr / Cli Aft / Cluster / KL, and the synchronous figures that do
 not apply to a stream are skipped with a reason."""
 
@@ -101,7 +101,7 @@ def test_a_stream_run_gets_figure_3_and_skips_what_does_not_apply(runs, written,
     assert rp.plot_weights_by_group(run) is None
     text = (d / "report.md").read_text()
     assert "`weights_by_group.png` skipped: the clients' true mixtures drift" in text
-    assert "](ccfl_accuracy.png)" in text and "papers/ccfl.md Figure 3" in text
+    assert "](ccfl_accuracy.png)" in text and "Figure 3" in text
     assert "global epoch t (uploads)" in rp.plot_center_metric(run).axes[0].get_xlabel()
 
 
