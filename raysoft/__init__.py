@@ -5,7 +5,7 @@ import os
 # MKL's matrix products otherwise round differently with the memory alignment of their inputs,
 # which differs between processes: the same seed must give the same numbers whatever the
 # packing of clients into actors. Read at MKL's first call, so set before any (a user's own
-# setting wins); measured free on this machine's sgemm shapes (README, Performance).
+# setting wins). docs/architecture.md#determinism says why and what it costs.
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 from .api import RunResult, resume, run

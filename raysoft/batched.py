@@ -12,7 +12,8 @@ per-client loop up to float rounding (tested).
 
 It pays where the per-step cost of a small model is Python and dispatch overhead (the linear
 models of the synthetic workloads); on a CPU a CNN's arithmetic dominates and batching does not
-help (``train.batched_clients: auto`` chooses by model; README "Performance" has the numbers).
+help (``train.batched_clients: auto`` chooses by model;
+docs/performance.md#batched-multi-client-training has the measurements).
 """
 
 from __future__ import annotations

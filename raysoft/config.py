@@ -100,7 +100,7 @@ class FedEMConfig(AlgorithmConfig):
 
 class FPFCConfig(AlgorithmConfig):
     """FPFC (Yu et al., AAAI'23): fusion-penalized federated clustering; defaults are the
-    reference code's synthetic settings (ALGORITHMS.md 4.4)."""
+    reference code's synthetic settings (docs/algorithms.md#fpfc-defaults)."""
 
     name: Literal["fpfc", "fpfc_l1"] = "fpfc"
     rounds: int = Field(2000, ge=1)
@@ -305,7 +305,7 @@ class ModelConfig(Section):
     hidden: int = Field(512, ge=1, description="cnn: width of the hidden FC layer")
     memory_format: Literal["contiguous", "channels_last"] = Field(
         "contiguous", description="convolutional models: channels_last pools faster on CPU but measured "
-        "no faster on W2's images (README Performance); the same function, float rounding aside"
+        "no faster on W2's images (docs/performance.md); the same function, float rounding aside"
     )
 
     @field_validator("channels")
@@ -331,7 +331,7 @@ class TrainConfig(Section):
     )
     batched_clients: Literal["auto", "on", "off"] = Field(
         "auto", description="train a host's clients in one vectorised computation (FedSoft, FedAvg, Local); "
-        "auto: for the linear and logistic models, where it measured faster (README Performance)"
+        "auto: for the linear and logistic models, where it measured faster (docs/performance.md)"
     )
 
 

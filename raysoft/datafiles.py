@@ -1,6 +1,7 @@
 """Where the image datasets' files are, and whether a model fits a dataset: checks that need
 neither torch nor torchvision, so that the driver of a Ray run checks its input without
-importing them (importing torch costs a process about 0.4 GB here; README, Performance).
+importing them (torch's import costs every process that makes it hundreds of MB;
+docs/performance.md#where-a-w2-round-goes).
 
 The loaders themselves are in :mod:`raysoft.data.images`.
 """

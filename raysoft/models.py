@@ -50,7 +50,7 @@ class Logistic(nn.Module):
 class ConvNet(nn.Module):
     """conv5x5(c1)-ReLU-pool2, conv5x5(c2)-ReLU-pool2, FC(hidden)-ReLU, FC(classes); padding 2.
 
-    FedSoft's LettersCNN with its missing ReLUs and double softmax fixed (ALGORITHMS.md 1.2),
+    FedSoft's LettersCNN with its missing ReLUs and double softmax fixed (docs/algorithms.md#models),
     and the 28x28 CNN of the benchmark workloads (32/64 channels, FC 512).
     """
 

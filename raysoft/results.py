@@ -1,6 +1,6 @@
 """The results contract: Parquet tables and summary.json, written atomically.
 
-Tables (one row per measurement; see README "What a run writes"):
+Tables (one row per measurement; see docs/running.md#what-a-run-writes):
 
 * ``metrics.parquet``: run_id, algorithm, step, time_s, scope, entity, eval_dist, metric, value,
   virtual_time (streams: the virtual clock of the upload; null for synchronous rounds)

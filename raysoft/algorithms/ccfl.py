@@ -149,7 +149,7 @@ def is_stale(t: int, tau: int, tau0: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- Algorithm 1: estimation
-PAPER_VALIDATION_SIZE = 2000  # |D_k| of papers/ccfl.md's experiments
+PAPER_VALIDATION_SIZE = 2000  # |D_k| of the CCFL paper's experiments
 
 
 def reduce_losses(per_sample: torch.Tensor, reduction: str, batch_size: int) -> float:
@@ -255,7 +255,7 @@ def largest_weight(k: int, amplifier: Sequence[float]) -> float:
 
 def kl_floor(cap: float, low: float = 0.4, high: float = 0.9) -> float:
     """The least mean KL(true || estimate) an estimator whose weights never exceed ``cap`` can
-    reach when the main cluster's share is uniform on [low, high] (papers/ccfl.md A.1: 40-90%).
+    reach when the main cluster's share is uniform on [low, high] (the CCFL paper's A.1: 40-90%).
     For a share s > cap the best estimate gives the main cluster ``cap`` and the others cap's
     complement in the true proportions, leaving the binary KL(s || cap); s <= cap costs nothing.
     The mean is the exact integral of that over [low, high]."""

@@ -1,8 +1,8 @@
 """FedEM: federated multi-task learning under a mixture of distributions.
 
 O. Marfoq, G. Neglia, A. Bellet, L. Kameni, R. Vidal, "Federated Multi-Task Learning under a
-Mixture of Distributions", NeurIPS 2021 (arXiv:2108.10252); papers/fedem.md; the round as the
-reference code (omarfoq/FedEM) implements it (ALGORITHMS.md 3.2):
+Mixture of Distributions", NeurIPS 2021 (arXiv:2108.10252); the round as the
+reference code (omarfoq/FedEM) implements it (docs/algorithms.md#fedem-aggregation):
 
 * E-step at each sampled client, with the current global learners:
   q_t(z_i = m) = softmax_m(log pi_tm - l(h_m(x_i), y_i));

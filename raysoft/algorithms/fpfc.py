@@ -1,8 +1,8 @@
 """FPFC: fusion penalized federated clustering.
 
-X. Yu, Z. Liu, Y. Sun, W. Wang, "Clustered Federated Learning based on Nonconvex Pairwise
-Fusion", AAAI 2023 student abstract (full version arXiv:2211.04218); papers/fpfc.md,
-Algorithm 1; ALGORITHMS.md section 4.
+X. Yu, Z. Liu, Y. Sun, W. Wang, "Clustered Federated Learning for Heterogeneous Data", AAAI 2023
+student abstract (full version: "Clustered Federated Learning based on Nonconvex Pairwise
+Fusion", arXiv:2211.04218), Algorithm 1; the choices are in docs/algorithms.md#fpfc-and-fpfc-l1.
 
 State: device models w_i (the server keeps the last upload of every device), pair variables
 theta_ij = -theta_ji and duals v_ij = -v_ji, stored once per unordered pair i < j in compact
@@ -54,7 +54,8 @@ def scad_surrogate(t: np.ndarray, lam: float, a: float, xi: float) -> np.ndarray
 
 
 def scad_prox_scale(r: np.ndarray, lam: float, a: float, xi: float, rho: float) -> np.ndarray:
-    """s / r for s = argmin_s surrogate(s) + (rho/2)(s - r)^2, the four regions of ALGORITHMS.md 4.3."""
+    """s / r for s = argmin_s surrogate(s) + (rho/2)(s - r)^2, the four regions of
+    docs/algorithms.md#fpfc-prox."""
     r = np.asarray(r, dtype=np.float64)
     safe = np.where(r > 0, r, 1.0)
     quad = xi * rho / (lam + xi * rho)

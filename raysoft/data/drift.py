@@ -1,4 +1,5 @@
-"""Drifting client data for asynchronous streams (CCFL, papers/ccfl.md A.1; ALGORITHMS.md 5.5).
+"""Drifting client data for asynchronous streams (the CCFL paper's Appendix A.1;
+docs/algorithms.md#ccfl-drift).
 
 Cluster s is the image dataset rotated by ``data.rotations[s]`` (default s * 360 / K). Each
 client has a fixed main cluster (client m: m mod K) and receives a fresh dataset at the start

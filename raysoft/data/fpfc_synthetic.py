@@ -1,4 +1,4 @@
-"""FPFC's clustered synthetic classification data (ALGORITHMS.md 4.5).
+"""FPFC's clustered synthetic classification data (docs/algorithms.md#fpfc-synthetic-data).
 
 ``generator: fpfc`` (default) is what the FPFC reference code builds
 (Synthetic/data/generate_synthetic_dataset.py): per cluster p, mu_p ~ N(0, 1),
