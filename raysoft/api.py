@@ -59,11 +59,19 @@ def _coerce(config: Config | Mapping[str, Any] | str | Path | None) -> Config:
 
 
 def _with_overrides(cfg: Config, out: str | Path | None, address: str | None) -> Config:
+    """``cfg`` with ``output.dir`` / ``ray.address`` replaced (no other key depends on them, so
+    the validated config stays valid)."""
     if out is not None:
-        cfg = cfg.model_copy(update={"output": cfg.output.model_copy(update={"dir": str(out)})})
+        cfg = _replace(cfg, "output", dir=str(out))
     if address is not None:
-        cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"address": address})})
-    return parse_config(cfg.to_dict())  # re-validate the combination
+        cfg = _replace(cfg, "ray", address=address)
+    return cfg
+
+
+def _replace(cfg: Config, section: str, **values: Any) -> Config:
+    """A copy of ``cfg`` with some keys of one section replaced, for keys whose values were
+    checked by the caller (paths and addresses); the config is not validated again."""
+    return cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=values)})
 
 
 def check_data(cfg: Config) -> Config:
@@ -84,7 +92,7 @@ def check_data(cfg: Config) -> Config:
     if why is not None:
         raise ConfigError(f"model.name: {why}")
     if root is not None and cfg.data.root != root:
-        cfg = parse_config({**cfg.to_dict(), "data": {**cfg.to_dict()["data"], "root": root}})
+        cfg = _replace(cfg, "data", root=str(root))
     return cfg
 
 
@@ -125,7 +133,7 @@ def run(
         if cfg.output.checkpoint_every:
             raise ConfigError("output.checkpoint_every: checkpoints need a local output.dir (not a URI)")
         staging = tempfile.mkdtemp(prefix="raysoft-")
-        cfg = parse_config({**cfg.to_dict(), "output": {**cfg.to_dict()["output"], "dir": staging}})
+        cfg = _replace(cfg, "output", dir=staging)
     out_dir = _prepare_out(cfg.output.dir)
     run_id = new_run_id(cfg)
     final = out_dir / (dir_name or run_id)
