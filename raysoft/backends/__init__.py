@@ -8,20 +8,8 @@ Both backends drive the same Ray-free coordinators (:mod:`raysoft.runtime`) over
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from ..config import Config
-
-ProgressFn = Callable[[dict[str, Any]], None]
-
-
-def drive(advance: Callable[[], dict[str, Any]], on_progress: ProgressFn) -> None:
-    """Call ``advance`` (a coordinator's, local or remote) until the run is done."""
-    while True:
-        info = advance()
-        on_progress(info)
-        if info["done"]:
-            return
+from .drive import ProgressFn
 
 
 def run_backend(cfg: Config, run_id: str, on_progress: ProgressFn, run_dir: str | None = None, resume: bool = False):

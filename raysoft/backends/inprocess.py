@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import Config
 from ..runtime import make_coordinator
-from . import drive
+from .drive import drive
 from .host import ClientHost
 
 

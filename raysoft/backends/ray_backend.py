@@ -253,7 +253,7 @@ def connect(rc: RayConfig) -> bool:
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):
-    from . import drive
+    from .drive import drive
 
     started = connect(cfg.ray)
     coord = None
