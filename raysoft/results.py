@@ -23,50 +23,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-SCHEMAS: dict[str, pa.Schema] = {
-    "metrics": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("algorithm", pa.string()),
-            ("step", pa.int64()),
-            ("time_s", pa.float64()),
-            ("scope", pa.string()),
-            ("entity", pa.int64()),
-            ("eval_dist", pa.int64()),
-            ("metric", pa.string()),
-            ("value", pa.float64()),
-            ("virtual_time", pa.float64()),
-        ]
-    ),
-    "weights": pa.schema(
-        [("run_id", pa.string()), ("step", pa.int64()), ("client", pa.int64()), ("center", pa.int64()), ("estimate", pa.float64())]
-    ),
-    "clients": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("step", pa.int64()),
-            ("client", pa.int64()),
-            ("distribution", pa.int64()),
-            ("share", pa.float64()),
-            ("samples", pa.int64()),
-        ]
-    ),
-    "assignments": pa.schema(
-        [("run_id", pa.string()), ("client", pa.int64()), ("predicted", pa.int64()), ("truth", pa.int64())]
-    ),
+_TYPES = {"s": pa.string(), "i": pa.int64(), "f": pa.float64(), "b": pa.bool_()}
+_COLUMNS = {  # table -> "column:type ..." (s string, i int64, f float64, b bool)
+    "metrics": "run_id:s algorithm:s step:i time_s:f scope:s entity:i eval_dist:i metric:s value:f virtual_time:f",
+    "weights": "run_id:s step:i client:i center:i estimate:f",
+    "clients": "run_id:s step:i client:i distribution:i share:f samples:i",
+    "assignments": "run_id:s client:i predicted:i truth:i",
+    "events": "run_id:s step:i time_s:f kind:s client:i actor:i detail:s",
+    "placement": "run_id:s client:i actor:i node_id:s",
+    # CCFL: Algorithm 1's terms of every fresh upload
+    "estimation": "run_id:s step:i client:i center:i l:f d1:f d2:f score:f alpha:f rejected:b",
 }
-SCHEMAS["events"] = pa.schema(
-    [("run_id", pa.string()), ("step", pa.int64()), ("time_s", pa.float64()), ("kind", pa.string()),
-     ("client", pa.int64()), ("actor", pa.int64()), ("detail", pa.string())]
-)
-SCHEMAS["placement"] = pa.schema(
-    [("run_id", pa.string()), ("client", pa.int64()), ("actor", pa.int64()), ("node_id", pa.string())]
-)
-SCHEMAS["estimation"] = pa.schema(  # CCFL: Algorithm 1's terms of every fresh upload
-    [("run_id", pa.string()), ("step", pa.int64()), ("client", pa.int64()), ("center", pa.int64()),
-     ("l", pa.float64()), ("d1", pa.float64()), ("d2", pa.float64()), ("score", pa.float64()),
-     ("alpha", pa.float64()), ("rejected", pa.bool_())]
-)
+SCHEMAS: dict[str, pa.Schema] = {
+    table: pa.schema([(col, _TYPES[kind]) for col, kind in (c.split(":") for c in spec.split())])
+    for table, spec in _COLUMNS.items()
+}
 OPTIONAL = {"assignments", "events", "placement", "estimation"}  # written only when there are rows
 
 

@@ -13,7 +13,6 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from ..algorithms.base import Plan
 from ..config import Fault
 
 
@@ -52,13 +51,10 @@ class FaultInjector:
         self.fired: set[int] = set()  # kill faults already triggered (never re-fired after a restore)
         self.on_event: EventFn = lambda *a, **k: None  # the coordinator's event recorder
 
-    @property
-    def placement(self) -> list[dict[str, Any]]:
-        return self.inner.placement
-
-    @property
-    def late(self) -> list[int]:
-        return self.inner.late
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (placement, late, states, reset, recover, accumulate) is the inner
+        executor's."""
+        return getattr(self.inner, name)
 
     def _before(self, op: str, t: int) -> None:
         if op == "evaluate":  # a round's faults fire at its first client call, evaluations aside
@@ -88,18 +84,3 @@ class FaultInjector:
             if k in flags:
                 flags[k] = (False, poison(flags[k][1]))
         return flags
-
-    def accumulate(self, plan: Plan) -> torch.Tensor:
-        return self.inner.accumulate(plan)
-
-    def get_states(self) -> dict[int, Any]:
-        return self.inner.get_states()
-
-    def set_states(self, states: dict[int, Any]) -> None:
-        self.inner.set_states(states)
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def recover(self) -> None:
-        self.inner.recover()
