@@ -107,7 +107,7 @@ def test_a_nan_update_makes_keep_report_its_client_not_finite():
     fi.inner.results["train"] = pair
     flags = fi.keep("train", CLIENTS, {}, 1, 0)
     assert [k for k in flags if not flags[k][0]] == [2]
-    finite, rest = flags[2]
+    _, rest = flags[2]
     assert rest[0] is None and torch.isnan(rest[1]).all()
     assert flags[1][0] and torch.equal(flags[1][1][1], torch.tensor([10.0]))
     other = fi.keep("train", CLIENTS, {}, 2, 0)  # another round: untouched
