@@ -1,0 +1,153 @@
+"""ClientHost, the in-process executor, on the small synthetic config: which clients run, sums
+kept where the clients are, client states, reset, kill and recover."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from raysoft.algorithms import WeightedMean
+from raysoft.backends.host import ClientHost
+from raysoft.config import parse_config
+from raysoft.errors import ClientFailure
+
+from conftest import small_config
+
+D = 10  # the linear model's parameter count on the small synthetic data
+
+
+def payload(algorithm: str) -> dict:
+    """A train payload of the algorithm (FedAvg: the global model; FedSoft: two centers)."""
+    if algorithm == "fedavg":
+        return {"model": torch.full((D,), 0.1)}
+    return {"prox_weight": 0.1, "u": np.full((10, 2), 0.5), "centers": torch.stack([torch.zeros(D), torch.ones(D)])}
+
+
+def host(algorithm: str = "fedavg", clients=range(10), batched: str = "off") -> ClientHost:
+    cfg = parse_config(small_config(algorithm={"name": algorithm}, train={"batched_clients": batched}))
+    return ClientHost(cfg, clients)
+
+
+def train(h: ClientHost, clients: list[int], t: int, algorithm: str = "fedavg") -> dict:
+    return h.call("train", clients, payload(algorithm), t)
+
+
+def same(a: dict, b: dict) -> bool:
+    """The same clients with bit-identical results."""
+    return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def checkpointed(states: dict) -> dict:
+    """The states as a checkpoint holds them (saved and loaded again)."""
+    buf = io.BytesIO()
+    torch.save(states, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+# ---------------------------------------------------------------- calls
+@pytest.mark.parametrize("batched", ["off", "on"])
+def test_call_answers_exactly_the_asked_clients_in_id_order(batched):
+    h = host(batched=batched)
+    out = train(h, [7, 2, 5], 0)
+    assert list(out) == [2, 5, 7]
+    assert all(r.shape == (D,) and r.device.type == "cpu" for r in out.values())
+    assert list(h.call("evaluate", [9, 0], payload("fedavg"), 0)) == [0, 9]
+    # the clients not asked did not train: client 3's first training is a fresh client's
+    assert same(train(h, [3], 1), train(host(), [3], 1))
+
+
+def test_the_clients_of_one_call_are_independent_of_each_other():
+    together = train(host(), [1, 4], 0)
+    assert same({1: train(host(), [1], 0)[1], 4: train(host(), [4], 0)[4]}, together)
+    assert not torch.equal(together[1], together[4])
+
+
+@pytest.mark.parametrize("batched", ["off", "on"])
+def test_keep_then_accumulate_is_the_plan_applied_to_the_call_results(batched):
+    ids = [6, 0, 3]
+    h, ref = host(batched=batched), host(batched=batched)
+    flags = h.keep("train", ids, payload("fedavg"), 0)
+    assert flags == {0: (True, None), 3: (True, None), 6: (True, None)}
+    results = train(ref, ids, 0)
+    sizes = h.fed.sizes
+    plan = WeightedMean(sizes).plan({k: None for k in flags})
+    assert plan.terms == {k: (None, sizes[k] / (sizes[0] + sizes[3] + sizes[6])) for k in (0, 3, 6)}
+    value = h.accumulate(plan)
+    assert torch.equal(value, plan.apply(results))  # the coordinator's sum of the same results
+    by_hand = sum(float(sizes[k]) * results[k].double() for k in (0, 3, 6)) / float(sizes[[0, 3, 6]].sum())
+    assert torch.allclose(value.double(), by_hand, rtol=1e-6, atol=1e-7)
+    with pytest.raises(KeyError):  # accumulate dropped what was kept
+        h.accumulate(plan)
+
+
+def test_add_terms_adds_this_host_s_terms_to_the_partial_sum_it_receives():
+    h = host(clients=[2, 5])
+    h.keep("train", [2, 5], payload("fedavg"), 0)
+    r = train(host(), [2, 5], 0)
+    start = torch.ones(D)
+    acc = h.add_terms({2: (None, 0.5), 5: (None, -2.0)}, start)
+    assert acc is start  # added in place
+    assert torch.equal(acc, torch.ones(D).add_(r[2], alpha=0.5).add_(r[5], alpha=-2.0))
+    with pytest.raises(KeyError):
+        h.add_terms({2: (None, 1.0)}, None)
+
+
+def test_keep_reports_non_finite_results():
+    h = host()
+    flags = h.keep("train", [1, 2], {"model": torch.full((D,), float("nan"))}, 0)
+    assert flags == {1: (False, None), 2: (False, None)}
+
+
+# ---------------------------------------------------------------- client states
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedsoft"])
+def test_states_saved_and_restored_give_the_same_next_result(algorithm):
+    h = host(algorithm)
+    train(h, [0, 1], 0, algorithm)
+    saved = checkpointed(h.get_states())
+    assert sorted(saved) == list(range(10))
+    next_result = train(h, [0, 1], 1, algorithm)
+    train(h, [0, 1], 2, algorithm)  # the states move on
+    h.set_states(saved)
+    assert same(train(h, [0, 1], 1, algorithm), next_result)
+    # the state matters: a fresh client's result of round 1 is another one
+    fresh = train(host(algorithm), [0, 1], 1, algorithm)
+    assert not torch.equal(fresh[0], next_result[0])
+
+
+def test_reset_rebuilds_the_initial_states():
+    h = host()
+    first = train(h, [0, 4, 9], 0)
+    train(h, [0, 4, 9], 1)
+    h.reset()
+    assert same(train(h, [0, 4, 9], 0), first)
+    assert same(first, train(host(), [0, 4, 9], 0))
+
+
+def test_a_host_of_some_clients_knows_only_them():
+    h = host(clients=[8, 3])
+    assert h.client_ids == [3, 8] and sorted(h.get_states()) == [3, 8]
+    with pytest.raises(KeyError, match="client 5 is not hosted here"):
+        h.set_states({5: h.get_states()[3]})
+
+
+# ---------------------------------------------------------------- kill and recover
+def test_a_killed_host_fails_until_recovered_with_rebuilt_clients():
+    h = host()
+    train(h, [0, 1], 0)  # trained: the state is no longer the initial one
+    h.kill(0)
+    with pytest.raises(ClientFailure):
+        train(h, [0, 1], 1)
+    with pytest.raises(ClientFailure):
+        h.keep("train", [0, 1], payload("fedavg"), 1)
+    h.recover()
+    assert same(train(h, [0, 1], 0), train(host(), [0, 1], 0))
+
+
+def test_recover_leaves_a_live_host_as_it_is():
+    h, ref = host(), host()
+    for x in (h, ref):
+        train(x, [0, 1], 0)
+    h.recover()
+    assert same(train(h, [0, 1], 1), train(ref, [0, 1], 1))
