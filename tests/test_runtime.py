@@ -65,9 +65,6 @@ def test_the_results_reach_the_algorithm_by_client_with_the_call_s_payload():
     assert events(coord) == []
 
 
-@pytest.mark.xfail(strict=True, reason="RoundCoordinator._call passes the executor's dict order on to the "
-                   "algorithm, though rounds.py promises client order whatever the backend; ClientHost and "
-                   "the Ray executor happen to answer in id order")
 def test_results_reach_the_algorithm_in_client_order_whatever_order_the_executor_answers_in():
     class Reversed(FakeExecutor):
         def call(self, op, client_ids, payload, t):
@@ -261,9 +258,6 @@ def test_a_dead_executor_is_recovered_from_the_last_checkpoint_or_from_the_start
     assert coord.round == 4 and len(coord.state["seen"]) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="CoordinatorBase.restore appends all of this session's events to the "
-                   "checkpoint's: after an in-process recovery the events recorded before the checkpoint "
-                   "(e.g. the checkpoint event itself) appear twice in events.parquet")
 def test_recovery_records_each_event_once(tmp_path):
     coord = coordinator(FakeExecutor({"train": failing_once(at_round=3)}), run_dir=tmp_path,
                         output={"checkpoint_every": 2})

@@ -136,10 +136,13 @@ class CoordinatorBase:
             if name in blob:  # a field added since the checkpoint keeps its initial value
                 setattr(self, name, blob[name])
         self.recorder.columns = {**self.recorder.columns, **blob["recorder"]}  # tables added since stay
-        events = kept["events"]
-        if events["run_id"]:  # keep this session's events (the checkpoint has the earlier ones)
-            for k in events:
-                self.recorder.columns["events"][k] = blob["recorder"]["events"][k] + events[k]
+        events, saved = kept["events"], blob["recorder"]["events"]
+        # the events recorded since the checkpoint was written: in the process that wrote it,
+        # the checkpoint's own events are this session's first ones
+        n = len(saved["run_id"])
+        same = all(events[k][:n] == saved[k] for k in ("time_s", "kind", "detail"))
+        for k in events:
+            saved[k] = saved[k] + (events[k][n:] if same else events[k])
         self.start = time.monotonic() - blob["elapsed"]
 
     def resume(self) -> None:

@@ -93,7 +93,7 @@ class RoundCoordinator(CoordinatorBase):
         self._report_late(call.op)
         bad = [k for k in sorted(results) if not finite(results[k])]
         self._report_bad(call.op, bad, t)
-        return {k: v for k, v in results.items() if k not in bad}
+        return {k: results[k] for k in sorted(results) if k not in bad}  # client order, whatever the executor's
 
     def _reduced_call(self, call: ClientCall, t: int) -> Reduced:
         """A call whose results are summed (``call.reduce``): in the client actors when
