@@ -1,6 +1,11 @@
 """Shared fixtures and helpers: one Ray session for the whole test run, small configs
 (``small_config``, ``stream_config``) and ``check_png``; test files import the helpers with
 ``from conftest import ...``.
+
+Quick loop: ``.venv/bin/python -m pytest -m "not slow"`` leaves out the tests marked ``slow``
+(over about 3 s each here: Ray, multi-node, end-to-end runs that must converge, subprocesses)
+and runs the rest in under two minutes on 2 cores. Plain ``pytest`` (``make test``, CI) runs
+everything; ``-m slow`` runs only the slow ones.
 """
 
 from __future__ import annotations

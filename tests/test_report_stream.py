@@ -16,6 +16,8 @@ from raysoft.config import ALGORITHM_CONFIGS
 from conftest import check_png, small_config, stream_config
 from test_images import write_fmnist
 
+pytestmark = pytest.mark.slow  # the module's runs take several seconds to make
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -82,6 +82,7 @@ def test_stream_writes_the_contract(tmp_path, fm, name):
     assert r.summary["kl"] == pytest.approx(kl.mean())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_virtual_stream_is_identical_on_every_backend_and_packing(ray_session, tmp_path, fm):
     ref = raysoft.run(stream_config(fm), out=tmp_path).metrics.drop(columns=["run_id", "time_s"])
@@ -110,6 +111,7 @@ def test_stream_config_errors():
         raysoft.load_config(None, ["algorithm={name: ccfl, c1: 0.8, c2: 0.5}", "data.name=fmnist"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL_FMNIST.is_dir(), reason="Debian's dataset-fashion-mnist is not installed")
 def test_ccfl_estimates_the_main_cluster_on_rotated_fashion_mnist(tmp_path):
     """Pre-trained cluster models and CCFL's estimation: the largest estimated weight is the
@@ -134,6 +136,7 @@ def _metrics(run_dir):
     return pd.read_parquet(Path(run_dir) / "metrics.parquet").drop(columns=["run_id", "time_s"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["clock", "shift"])
 def test_a_stream_interrupted_after_a_checkpoint_resumes_to_identical_results(tmp_path, fm, monkeypatch, policy):
     """Checkpoints hold the server state, the clocks, the pending uploads and the histories: a
@@ -213,6 +216,7 @@ def test_upload_after_a_data_shift_keeps_training_silently_until_the_mixture_mov
     assert raysoft.run(stream_config(fm), out=tmp_path).summary["silent_ticks"] == 0
 
 
+@pytest.mark.slow
 def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     from raysoft.compare import compare
 
