@@ -1,9 +1,18 @@
-"""Shared fixtures: one Ray session for the whole test run, and small configs."""
+"""Shared fixtures and helpers: one Ray session for the whole test run, small configs
+(``small_config``, ``stream_config``) and ``check_png``; test files import the helpers with
+``from conftest import ...``.
+
+Quick loop: ``.venv/bin/python -m pytest -m "not slow"`` leaves out the tests marked ``slow``
+(over about 3 s each here: Ray, multi-node, end-to-end runs that must converge, subprocesses)
+and runs the rest in under two minutes on 2 cores. Plain ``pytest`` (``make test``, CI) runs
+everything; ``-m slow`` runs only the slow ones.
+"""
 
 from __future__ import annotations
 
 import copy
 import logging
+import struct
 
 import pytest
 
@@ -27,6 +36,32 @@ def small_config(**sections) -> dict:
         else:
             cfg[name] = values
     return cfg
+
+
+def stream_config(root, name="ccfl", **algo) -> dict:
+    """A stream run (CCFL by default) small enough for seconds: 6 clients, 3 rotated clusters of
+    the tiny fake Fashion-MNIST that ``test_images.write_fmnist`` writes under ``root``, 24
+    uploads; ``algo`` overrides algorithm keys (e.g. drift=False)."""
+    return small_config(
+        algorithm={"name": name, "rounds": 24, "eval_every": 8, "public_samples": 6, "pretrain_epochs": 1,
+                   "l_bar": "min", **algo},
+        data={"name": "fmnist", "clients": 6, "distributions": 3, "partition": "random", "samples_min": 10,
+              "samples_max": 20, "root": str(root), "test_samples": 8},
+        model={"name": "cnn", "channels": [2, 4], "hidden": 8},
+        train={"optimizer": "sgd", "lr": 0.05, "batch_size": 8, "local_epochs": 1},
+    )
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png(path) -> None:
+    """``path`` is a PNG with a plot in it: the signature, over 5 kB, at least 300x200 pixels."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 5_000, path
+    width, height = struct.unpack(">II", data[16:24])  # IHDR
+    assert width >= 300 and height >= 200, path
 
 
 @pytest.fixture(scope="session")

@@ -90,7 +90,7 @@ def _final_centers(result):
     return last.pivot(index="eval_dist", columns="entity", values="value").to_numpy()
 
 
-@pytest.mark.parametrize("option", ["model", "gradient"])
+@pytest.mark.parametrize("option", [pytest.param("model", marks=pytest.mark.slow), "gradient"])
 def test_ifca_separates_the_two_distributions(tmp_path, option):
     # the reference code's find_good_initializer (threshold 0.35 for k = 2) guards against the
     # known IFCA failure where every client picks the same initial center
@@ -109,6 +109,7 @@ def test_ifca_separates_the_two_distributions(tmp_path, option):
     assert r.summary["weight_mae"] == pytest.approx(0.1, abs=0.02)  # one-hot vs 10:90 mixtures
 
 
+@pytest.mark.slow
 def test_fedem_recovers_the_components_and_the_mixture_weights(tmp_path):
     # 30 rounds: 10 sufficed only while the clients of a host trained one after the other from
     # the shared payload (see test_local_training_leaves_the_broadcast_models_unchanged); with
@@ -124,6 +125,7 @@ def test_fedem_recovers_the_components_and_the_mixture_weights(tmp_path):
     assert {"mse", "mse_best_learner"} <= set(m[m.scope == "client"].metric)
 
 
+@pytest.mark.slow
 def test_fedavg_and_local(tmp_path):
     fa = raysoft.run(_twenty("fedavg"), out=tmp_path)
     assert _final_centers(fa).shape == (2, 1)

@@ -90,6 +90,7 @@ def test_an_unknown_workload_is_a_one_line_error():
     assert proc.stderr.strip().splitlines() == ["raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3)"]
 
 
+@pytest.mark.slow
 def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     """The smoke test of the benchmark (no timing assertions): every workload's systems run,
     bench.parquet has the contract's columns, and raysoft's FedAvg reaches the bare loop's

@@ -34,6 +34,7 @@ def test_bad_algorithm_lists():
         algorithm_configs(small_config(algorithm={"rounds": 0}), ["fedavg"])
 
 
+@pytest.mark.slow
 def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     path = compare(small_config(), ["fedsoft", "ifca", "fedem", "fedavg", "local"], out=tmp_path)
     assert sorted(p.name for p in path.iterdir()) == [
@@ -49,6 +50,7 @@ def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     assert "| fedsoft |" in md and "c*[0]" in md and "w̄" in md
 
 
+@pytest.mark.slow
 def test_cli_compare_prints_the_directory_last(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(small_config()))

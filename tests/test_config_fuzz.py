@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,7 @@ configs = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("RAYSOFT_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs)
 @example({"algorithm": {"name": [], "a": None}})  # an unhashable name once raised TypeError

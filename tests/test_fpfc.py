@@ -105,6 +105,7 @@ def test_cluster_models_are_sample_weighted():
     np.testing.assert_allclose(cluster_models(w, np.array([0, 0, 1]), np.array([3, 1, 7])), [[1.0], [10.0]])
 
 
+@pytest.mark.slow
 def test_fpfc_finds_the_clusters_without_being_told_how_many(tmp_path):
     cfg = raysoft.load_config("jobs/fpfc_synthetic.yaml", [
         "ray.backend=inprocess", "algorithm.rounds=200", "algorithm.eval_every=100", "data.clients=20",

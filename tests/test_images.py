@@ -334,6 +334,7 @@ def test_the_torch_free_cifar_file_lists_are_torchvisions():
         assert list(CIFAR_FILES[classes]) == names
 
 
+@pytest.mark.slow
 def test_checking_a_runs_input_imports_neither_torch_nor_torchvision(fmnist_root):
     # the driver of a Ray run: config, data files, model fit, the Ray backend's module
     root = str(fmnist_root[0])

@@ -20,6 +20,8 @@ import raysoft
 from conftest import small_config
 from test_images import write_fmnist
 
+pytestmark = pytest.mark.slow  # every test starts its own multi-node Ray cluster in a subprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CLUSTER_SCRIPT = r"""

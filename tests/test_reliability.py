@@ -51,6 +51,7 @@ def test_checkpoints_write_results_so_far_and_do_not_change_them(tmp_path, clean
     assert ev[ev.kind == "checkpoint"].step.tolist() == [3, 6]
 
 
+@pytest.mark.slow
 def test_resume_after_kill_minus_9_of_the_driver_equals_an_uninterrupted_run(tmp_path):
     cfg = _cfg(algorithm={"rounds": 30, "eval_every": 5, "clients_per_round": 8},
                data={"clients": 20, "samples_min": 100, "samples_max": 150},
@@ -101,6 +102,7 @@ def test_in_process_host_failure_recovers_with_identical_metrics(tmp_path, clean
     assert restored == f"continuing from round {3 if checkpoint_every else 0}"
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_killed_client_actor_is_restarted_and_the_run_matches_a_clean_one(ray_session, tmp_path, clean):
     cfg = _cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5},
@@ -145,6 +147,7 @@ def test_nan_update_stops_the_run_by_default(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_round_deadline_drops_and_counts_a_stragglers_updates(ray_session, tmp_path):
     cfg = _cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5, "round_deadline_s": 0.3},
@@ -158,6 +161,7 @@ def test_round_deadline_drops_and_counts_a_stragglers_updates(ray_session, tmp_p
     assert np.isfinite(r.metrics.value).all() and r.summary["rounds"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_nan_update_is_left_out_of_a_mean_summed_in_the_actors(ray_session, tmp_path):
     # FedAvg's mean is summed in the client actors: the NaN is found there, reported, and the
@@ -179,6 +183,7 @@ def test_a_nan_update_is_left_out_of_a_mean_summed_in_the_actors(ray_session, tm
                                                             "num_cpus_per_actor": 0.5}), out=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_round_deadline_with_a_mean_summed_in_the_actors(ray_session, tmp_path):
     cfg = _cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5, "round_deadline_s": 0.3},

@@ -2,7 +2,6 @@
 the multi-run comparison and the CLI's error path."""
 
 import shutil
-import struct
 
 import numpy as np
 import pandas as pd
@@ -11,9 +10,8 @@ import pytest
 import raysoft
 from raysoft import report as rp
 
-from conftest import small_config
+from conftest import check_png, small_config
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PER_RUN = ["center_metric.png", "weights_by_group.png", "final_weights.png", "clusters.png"]
 
 
@@ -44,14 +42,6 @@ def written(runs):
     return {name: rp.report([d]) for name, d in runs.items()}
 
 
-def _check_png(path):
-    data = path.read_bytes()
-    assert data[:8] == PNG_SIGNATURE, path
-    assert len(data) > 5_000, path
-    width, height = struct.unpack(">II", data[16:24])  # IHDR
-    assert width >= 300 and height >= 200, path
-
-
 def _ydata(ax):
     return {line.get_gid(): (line.get_xdata(), line.get_ydata()) for line in ax.get_lines()}
 
@@ -67,7 +57,7 @@ def test_each_run_gets_its_figures_and_report(runs, written):
     for name, files in expect.items():
         assert written[name] == [runs[name] / f for f in [*files, "report.md"]]
         for f in files:
-            _check_png(runs[name] / f)
+            check_png(runs[name] / f)
         for f in set(PER_RUN) - set(files):
             assert not (runs[name] / f).exists()
 
@@ -196,7 +186,7 @@ def test_comparison_of_several_runs(runs, written, tmp_path):
     out = tmp_path / "cmp"
     files = rp.report([runs[n] for n in order], out=out)
     assert files[-2:] == [out / "comparison_center_metric.png", out / "comparison_report.md"]
-    _check_png(out / "comparison_center_metric.png")
+    check_png(out / "comparison_center_metric.png")
     text = (out / "comparison_report.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| [")]
     assert [r.split(" | ")[1] for r in rows] == order

@@ -9,9 +9,7 @@ import pytest
 import raysoft
 from raysoft.report import load_run, plot_center_metric, plot_final_weights
 
-from conftest import small_config
-
-PNG = b"\x89PNG\r\n\x1a\n"
+from conftest import check_png, small_config
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +41,7 @@ def test_cli_report_writes_pngs_and_markdown(run_dir):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(run_dir)
     for name in ("center_metric.png", "weights_by_group.png", "final_weights.png"):
-        data = (run_dir / name).read_bytes()
-        assert data.startswith(PNG) and len(data) > 5000
+        check_png(run_dir / name)
     assert "fedsoft" in (run_dir / "report.md").read_text()
 
 

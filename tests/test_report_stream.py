@@ -4,7 +4,6 @@ Markdown lists the summary's Cli Bfr / Cli Aft / Cluster / KL, and the synchrono
 not apply to a stream are skipped with a reason."""
 
 import shutil
-import struct
 
 import numpy as np
 import pandas as pd
@@ -14,22 +13,10 @@ import raysoft
 from raysoft import report as rp
 from raysoft.config import ALGORITHM_CONFIGS
 
-from conftest import small_config
+from conftest import check_png, small_config, stream_config
 from test_images import write_fmnist
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def _stream_config(root, name="ccfl", **algo):
-    """As tests/test_stream.py: 6 clients, 3 rotated clusters of tiny fake Fashion-MNIST, 24 uploads."""
-    return small_config(
-        algorithm={"name": name, "rounds": 24, "eval_every": 8, "public_samples": 6, "pretrain_epochs": 1,
-                   "l_bar": "min", **algo},
-        data={"name": "fmnist", "clients": 6, "distributions": 3, "partition": "random", "samples_min": 10,
-              "samples_max": 20, "root": str(root), "test_samples": 8},
-        model={"name": "cnn", "channels": [2, 4], "hidden": 8},
-        train={"optimizer": "sgd", "lr": 0.05, "batch_size": 8, "local_epochs": 1},
-    )
+pytestmark = pytest.mark.slow  # the module's runs take several seconds to make
 
 
 @pytest.fixture(scope="module")
@@ -39,27 +26,19 @@ def runs(tmp_path_factory):
     write_fmnist(fm)
     out = tmp_path_factory.mktemp("runs")
     dirs = {
-        "ccfl": raysoft.run(_stream_config(fm), out=out).run_dir,
-        "fedsoft_async": raysoft.run(_stream_config(fm, "fedsoft_async"), out=out).run_dir,
-        "no_drift": raysoft.run(_stream_config(fm, drift=False), out=out).run_dir,
+        "ccfl": raysoft.run(stream_config(fm), out=out).run_dir,
+        "fedsoft_async": raysoft.run(stream_config(fm, "fedsoft_async"), out=out).run_dir,
+        "no_drift": raysoft.run(stream_config(fm, drift=False), out=out).run_dir,
         "fedsoft": raysoft.run(small_config(), out=out).run_dir,
     }
     if "local_stream" in ALGORITHM_CONFIGS:
-        dirs["local_stream"] = raysoft.run(_stream_config(fm, "local_stream"), out=out).run_dir
+        dirs["local_stream"] = raysoft.run(stream_config(fm, "local_stream"), out=out).run_dir
     return dirs
 
 
 @pytest.fixture(scope="module")
 def written(runs):
     return {name: rp.report([d]) for name, d in runs.items()}
-
-
-def _check_png(path):
-    data = path.read_bytes()
-    assert data[:8] == PNG_SIGNATURE, path
-    assert len(data) > 5_000, path
-    width, height = struct.unpack(">II", data[16:24])  # IHDR
-    assert width >= 300 and height >= 200, path
 
 
 def _lines(ax):
@@ -94,7 +73,7 @@ def test_a_stream_run_gets_figure_3_and_skips_what_does_not_apply(runs, written,
     files = ["center_metric.png", "final_weights.png", "ccfl_accuracy.png"]
     assert written[name] == [d / f for f in [*files, "report.md"]]
     for f in files:
-        _check_png(d / f)
+        check_png(d / f)
     assert not (d / "weights_by_group.png").exists()  # drifting mixtures: nothing to group by
     run = rp.load_run(d)
     assert run.is_stream and rp.mixture_drifts(run)
@@ -190,7 +169,7 @@ def test_local_stream_draws_only_cli_bfr(runs, written):
         pytest.skip("local_stream is not in this raysoft yet")
     d = runs["local_stream"]
     assert written["local_stream"] == [d / "ccfl_accuracy.png", d / "report.md"]
-    _check_png(d / "ccfl_accuracy.png")
+    check_png(d / "ccfl_accuracy.png")
     run = rp.load_run(d)
     m = run.metrics
     ax = rp.plot_stream_accuracy(run).axes[0]
@@ -221,7 +200,7 @@ def test_comparison_of_ccfl_and_fedsoft_async_has_the_kl_bars(runs, written, tmp
     names = ["ccfl", "fedsoft_async"]
     files = rp.report([runs[n] for n in names], out=out)
     assert files[-3:] == [out / "comparison_center_metric.png", out / "comparison_kl.png", out / "comparison_report.md"]
-    _check_png(out / "comparison_kl.png")
+    check_png(out / "comparison_kl.png")
 
     loaded = [rp.load_run(runs[n]) for n in names]
     fig = rp.plot_kl_comparison(loaded)
@@ -274,7 +253,7 @@ def test_kl_bars_skip_runs_without_kl_and_need_two_streams(runs, written, tmp_pa
         return
     out = tmp_path / "local"
     rp.report([runs["ccfl"], runs["local_stream"]], out=out)
-    _check_png(out / "comparison_kl.png")
+    check_png(out / "comparison_kl.png")
     loaded = [rp.load_run(runs["ccfl"]), rp.load_run(runs["local_stream"])]
     (ax,) = rp.plot_kl_comparison(loaded).axes
     assert [b.get_gid() for b in ax.patches] == [runs["ccfl"].name]

@@ -39,6 +39,7 @@ def fedsoft_run(tmp_path_factory):
     return raysoft.run(_fedsoft_20(), out=tmp_path_factory.mktemp("runs"))
 
 
+@pytest.mark.slow
 def test_fedsoft_recovers_the_two_clusters_and_the_mixtures(fedsoft_run):
     s = fedsoft_run.summary
     assert s["distinct_best_centers"]
@@ -59,6 +60,7 @@ def test_fedsoft_recovers_the_two_clusters_and_the_mixtures(fedsoft_run):
     assert local.loc[20] < 0.5 * local.loc[0]  # personalised models fit their own data
 
 
+@pytest.mark.slow
 def test_run_directory_follows_the_contract(fedsoft_run):
     d = fedsoft_run.run_dir
     assert sorted(p.name for p in d.iterdir()) == [
@@ -101,6 +103,7 @@ def _comparable(result):
     return m, w
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_same_numbers_on_every_backend_and_packing(ray_session, tmp_path):
     cfg = small_config(ray={"num_cpus_per_actor": 0.1})
@@ -112,6 +115,7 @@ def test_same_numbers_on_every_backend_and_packing(ray_session, tmp_path):
         pd.testing.assert_frame_equal(w, ref_w, check_exact=True)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_run_with_auto_pool(ray_session, tmp_path):
     r = raysoft.run(_fedsoft_20(ray={"backend": "ray"}, algorithm={"rounds": 4}), out=tmp_path)
@@ -169,6 +173,7 @@ def test_plan_actors_sizes_the_pool_node_by_node():
     assert len(plan_actors(10, RayConfig(), [{"CPU": 0.0}, {"CPU": 2.0}])) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.parametrize("algo, packings", [
     ({"name": "fedavg"}, (1, 3, 10)),
@@ -213,6 +218,7 @@ def test_the_chain_adds_in_client_id_order_like_weighted_sum():
     assert first.kept == {} and second.kept == {}  # dropped once summed
 
 
+@pytest.mark.slow
 def test_matrix_products_do_not_depend_on_memory_alignment():
     # MKL rounds sgemm differently with the inputs' alignment unless MKL_CBWR asks for strict
     # reproducibility; importing raysoft sets it (a fresh process: MKL reads it once)

@@ -15,21 +15,10 @@ from raysoft.config import DataConfig
 from raysoft.algorithms.stream import kl_divergence
 from raysoft.runtime.streams import StreamCoordinator
 
-from conftest import small_config
+from conftest import small_config, stream_config
 from test_images import write_fmnist
 
 REAL_FMNIST = Path("/usr/share/datasets/fashion-mnist")
-
-
-def _stream_config(root, name="ccfl", **algo):
-    return small_config(
-        algorithm={"name": name, "rounds": 24, "eval_every": 8, "public_samples": 6, "pretrain_epochs": 1,
-                   "l_bar": "min", **algo},
-        data={"name": "fmnist", "clients": 6, "distributions": 3, "partition": "random", "samples_min": 10,
-              "samples_max": 20, "root": str(root), "test_samples": 8},
-        model={"name": "cnn", "channels": [2, 4], "hidden": 8},
-        train={"optimizer": "sgd", "lr": 0.05, "batch_size": 8, "local_epochs": 1},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +50,7 @@ def test_drifting_data_follows_the_paper(fm):
 
 @pytest.mark.parametrize("name", ["ccfl", "fedsoft_async"])
 def test_stream_writes_the_contract(tmp_path, fm, name):
-    r = raysoft.run(_stream_config(fm, name), out=tmp_path)
+    r = raysoft.run(stream_config(fm, name), out=tmp_path)
     m = r.metrics
     assert m.step.max() == 24
     client = m[m.scope == "client"]
@@ -94,11 +83,12 @@ def test_stream_writes_the_contract(tmp_path, fm, name):
     assert r.summary["kl"] == pytest.approx(kl.mean())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_virtual_stream_is_identical_on_every_backend_and_packing(ray_session, tmp_path, fm):
-    ref = raysoft.run(_stream_config(fm), out=tmp_path).metrics.drop(columns=["run_id", "time_s"])
+    ref = raysoft.run(stream_config(fm), out=tmp_path).metrics.drop(columns=["run_id", "time_s"])
     for packing in (1, 3):
-        cfg = _stream_config(fm)
+        cfg = stream_config(fm)
         cfg["ray"] = {"backend": "ray", "clients_per_actor": packing, "num_cpus_per_actor": 0.25}
         m = raysoft.run(cfg, out=tmp_path).metrics.drop(columns=["run_id", "time_s"])
         pd.testing.assert_frame_equal(m.reset_index(drop=True), ref.reset_index(drop=True), check_exact=True)
@@ -106,7 +96,7 @@ def test_virtual_stream_is_identical_on_every_backend_and_packing(ray_session, t
 
 def test_no_drift_keeps_each_clients_mixture_and_late_joiners_start_late(tmp_path, fm):
     joins = [0.0, 0.0, 0.0, 0.0, 0.0, 1000.0]  # client 5 joins after everyone else's uploads
-    cfg = _stream_config(fm, drift=False)
+    cfg = stream_config(fm, drift=False)
     cfg["data"]["join_schedule"] = joins
     r = raysoft.run(cfg, out=tmp_path)
     c = r.table("clients")
@@ -122,6 +112,7 @@ def test_stream_config_errors():
         raysoft.load_config(None, ["algorithm={name: ccfl, c1: 0.8, c2: 0.5}", "data.name=fmnist"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL_FMNIST.is_dir(), reason="Debian's dataset-fashion-mnist is not installed")
 def test_ccfl_estimates_the_main_cluster_on_rotated_fashion_mnist(tmp_path):
     """Pre-trained cluster models and CCFL's estimation: the largest estimated weight is the
@@ -146,11 +137,12 @@ def _metrics(run_dir):
     return pd.read_parquet(Path(run_dir) / "metrics.parquet").drop(columns=["run_id", "time_s"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["clock", "shift"])
 def test_a_stream_interrupted_after_a_checkpoint_resumes_to_identical_results(tmp_path, fm, monkeypatch, policy):
     """Checkpoints hold the server state, the clocks, the pending uploads and the histories: a
     run stopped mid-stream and resumed writes exactly what an uninterrupted run writes."""
-    cfg = _stream_config(fm, upload_policy=policy, shift_threshold=0.3, max_silent_ticks=2)
+    cfg = stream_config(fm, upload_policy=policy, shift_threshold=0.3, max_silent_ticks=2)
     clean = raysoft.run(cfg, out=tmp_path / "clean")
     cfg["output"] = {"checkpoint_every": 5}
     original = StreamCoordinator._apply
@@ -180,7 +172,7 @@ def test_costs_local_and_fedsoft_async_download_k_times_ccfls_bytes(tmp_path, fm
     """Per upload CCFL downloads one model, FedSoft-Async all K; Local communicates nothing and
     has no estimate; every client trains on the same number of samples in all three (same clocks,
     same data)."""
-    runs = {name: raysoft.run(_stream_config(fm, name=name), out=tmp_path)
+    runs = {name: raysoft.run(stream_config(fm, name=name), out=tmp_path)
             for name in ("ccfl", "fedsoft_async", "local_stream")}
     c, f, loc = (runs[n].summary for n in ("ccfl", "fedsoft_async", "local_stream"))
     # the CNN [2, 4] / 8: conv 1*2*25+2, conv 2*4*25+4, fc 4*7*7*8+8, fc 8*10+10 float32 parameters
@@ -205,7 +197,7 @@ def test_upload_after_a_data_shift_keeps_training_silently_until_the_mixture_mov
     """upload_policy shift: an upload's mixture is at least shift_threshold (total variation)
     away from the client's previous upload's, unless it waited max_silent_ticks ticks; uploads
     come in virtual-time order."""
-    r = raysoft.run(_stream_config(fm, upload_policy="shift", shift_threshold=0.3, max_silent_ticks=2),
+    r = raysoft.run(stream_config(fm, upload_policy="shift", shift_threshold=0.3, max_silent_ticks=2),
                     out=tmp_path)
     m = r.metrics
     ups = m[m.metric == "accuracy_before"].sort_values("step")
@@ -222,13 +214,14 @@ def test_upload_after_a_data_shift_keeps_training_silently_until_the_mixture_mov
             assert moved >= 0.3 or silent[(client, step)] == 2
             checked += 1
     assert checked > 0
-    assert raysoft.run(_stream_config(fm), out=tmp_path).summary["silent_ticks"] == 0
+    assert raysoft.run(stream_config(fm), out=tmp_path).summary["silent_ticks"] == 0
 
 
+@pytest.mark.slow
 def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     from raysoft.compare import compare
 
-    path = compare(_stream_config(fm), ["ccfl", "fedsoft_async", "local"], out=tmp_path)
+    path = compare(stream_config(fm), ["ccfl", "fedsoft_async", "local"], out=tmp_path)
     table = pd.read_parquet(path / "comparison.parquet").set_index("algorithm")
     assert list(table.index) == ["ccfl", "fedsoft_async", "local"]
     local = json.loads((path / "local" / "summary.json").read_text())
@@ -238,7 +231,7 @@ def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     assert "| algorithm | Cli Bfr | Cli Aft | Cluster | KL |" in md
     assert f"| ccfl | {table.loc['ccfl', 'cli_bfr']:.3f} | {table.loc['ccfl', 'cli_aft']:.3f} |" in md
     with pytest.raises(raysoft.ConfigError, match="fedsoft runs synchronous rounds"):
-        compare(_stream_config(fm), ["ccfl", "fedsoft"], out=tmp_path)
+        compare(stream_config(fm), ["ccfl", "fedsoft"], out=tmp_path)
     # jobs/ccfl_estimate_cap.py reads the comparison: the cap and the measured estimates
     import subprocess
     import sys
