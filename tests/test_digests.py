@@ -15,7 +15,7 @@ import pytest
 
 import raysoft
 
-from conftest import small_config
+from conftest import small_config, stream_config
 from test_images import write_fmnist
 
 # table -> the columns whose values are pinned (time and run ids vary between runs)
@@ -84,18 +84,6 @@ EXPECTED = {
     "fedsoft_async": "4fc573206b23c6b7",
     "local_stream": "923e4a1a23b37285",
 }
-
-
-def stream_config(root, name="ccfl", **algo):
-    """A tiny stream on Fashion-MNIST-format files: 6 clients, 3 clusters, 24 uploads."""
-    return small_config(
-        algorithm={"name": name, "rounds": 24, "eval_every": 8, "public_samples": 6, "pretrain_epochs": 1,
-                   "l_bar": "min", **algo},
-        data={"name": "fmnist", "clients": 6, "distributions": 3, "partition": "random", "samples_min": 10,
-              "samples_max": 20, "root": str(root), "test_samples": 8},
-        model={"name": "cnn", "channels": [2, 4], "hidden": 8},
-        train={"optimizer": "sgd", "lr": 0.05, "batch_size": 8, "local_epochs": 1},
-    )
 
 
 @pytest.fixture(scope="module")
