@@ -154,7 +154,7 @@ def test_report_md_lists_the_stream_numbers(runs, written):
     assert row in text
     if "bytes_down_per_client" in s:  # older runs do not have it
         assert "(`bytes_down_per_client`)" in text
-        assert rp._bytes(s["bytes_down_per_client"]) in text
+        assert rp.markdown._bytes(s["bytes_down_per_client"]) in text
     assert "cluster model k belongs to distribution k by construction" in text
 
 
