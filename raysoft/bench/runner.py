@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -17,7 +16,6 @@ import numpy as np
 
 from ..config import ConfigError
 from .memory import PeakSampler, tree_memory_mb
-from .worker import worker
 from .workloads import DEFAULT_ROUNDS, SYSTEMS, workload_config
 
 COLUMNS = ["workload", "system", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
@@ -114,25 +112,16 @@ def markdown(table: "Any") -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:
-        return worker(argv[1:])
-    p = argparse.ArgumentParser(prog="raysoft bench", description="Seconds per round of raysoft against the bare loop and Flower.")
-    p.add_argument("--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3 (default: all)")
-    p.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, or this many rounds of N uploads)")
-    p.add_argument("--out", default="runs/bench", help="where bench.parquet goes (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="a small version of each workload (a smoke test)")
-    p.add_argument("--flower", default=".venv-flower",
-                   help="the Flower virtual environment (created on first use), or 'skip'")
-    args = p.parse_args(argv)
-    workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
+def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str) -> int:
+    """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
+    line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
+    that fails or times out: one line, exit 1."""
     try:
         for w in workloads:
             workload_config(w, 2)
-        if args.rounds is not None and args.rounds < 2:
+        if rounds is not None and rounds < 2:
             raise ConfigError("--rounds: needs at least 2 (the first is the warm-up)")
-        table = bench(workloads, args.rounds, Path(args.out), args.quick, args.flower)
+        table = bench(workloads, rounds, Path(out), quick, flower)
     except ConfigError as err:
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2
@@ -140,9 +129,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raysoft bench: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     print(markdown(table), end="")
-    print(Path(args.out).resolve())
+    print(Path(out).resolve())
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

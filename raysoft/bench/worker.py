@@ -55,16 +55,17 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
             "total_s": total}
 
 
-def worker(argv: list[str]) -> int:
-    """``python -m raysoft.bench --worker SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]``."""
-    system, workload, rounds, quick, out = argv[:5]
-    export = Path(argv[5]) if len(argv) > 5 else None
-    raw = workload_config(workload, int(rounds), quick == "1")
+def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:
+    """Measure ``system`` on ``workload`` and write the result to the JSON file ``out`` (``export``:
+    where the bare FedAvg loop writes its clients for Flower). Started by :func:`raysoft.bench.bench`
+    as ``python -m raysoft.bench --worker SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]``
+    (QUICK: 1 or 0), whose arguments raysoft/cli.py parses."""
+    raw = workload_config(workload, rounds, quick)
     if system == "raysoft":
         res = run_raysoft(workload, raw)
     elif workload == "W1":
         res = bare_fedsoft(raw)
     else:
         res = bare_fedavg(raw, export)
-    Path(out).write_text(json.dumps(res))
+    out.write_text(json.dumps(res))
     return 0

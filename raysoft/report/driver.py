@@ -1,8 +1,8 @@
-"""``raysoft report``'s driver: which files are written where, and the command's entry point."""
+"""``raysoft report``'s driver: which files are written where, and the command (its arguments are
+parsed by raysoft/cli.py)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -111,38 +111,16 @@ def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> lis
     return written
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2
-        sys.stderr.write(f"raysoft report: error: {message}\n")
-        raise SystemExit(2)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The ``report`` arguments (for wiring into another parser's subcommand)."""
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (as `raysoft run` prints)")
-    parser.add_argument("--out", help="where comparison_report.md goes when several runs are given "
-                                      "(default: the first run's parent directory)")
-    return parser
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return add_arguments(_Parser(prog="raysoft report", description="Figures and Markdown summaries of finished runs."))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]``: prints every file written, then (last
-    line) the directory holding the report. Not a run directory: one line on stderr, exit 2."""
-    args = build_parser().parse_args(argv)
+def main(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> int:
+    """``raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]`` once raysoft/cli.py has parsed it:
+    prints every file written, then (last line) the directory holding the report. Not a run
+    directory: one line on stderr, exit 2."""
     try:
-        written = report(args.run_dirs, out=args.out)
+        written = report(run_dirs, out=out)
     except ReportError as err:
         sys.stderr.write(f"raysoft report: error: {err}\n")
         return 2
     for path in written:
         print(path)
-    print(report_dir(args.run_dirs, args.out))
+    print(report_dir(run_dirs, out))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
