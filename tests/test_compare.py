@@ -9,6 +9,7 @@ import yaml
 
 from raysoft.compare import algorithm_configs, compare
 from raysoft.config import ConfigError
+from raysoft.report import comparison_markdown, load_run
 
 from conftest import small_config
 
@@ -47,6 +48,10 @@ def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     assert fem.local_mean != fem.local_mean_mixture  # best learner and mixture are both reported
     md = (path / "comparison.md").read_text()
     assert "| fedsoft |" in md and "c*[0]" in md and "w̄" in md
+    # the one comparison writer, raysoft report's (no report.md in the runs yet: no links)
+    assert md == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path)
+    fedem_row = next(line for line in md.splitlines() if line.startswith("| fedem |"))
+    assert f"{fem.local_mean_mixture:.2f}" in fedem_row  # FedEM's pi-mixture in its own column
 
 
 def test_cli_compare_prints_the_directory_last(tmp_path):

@@ -124,8 +124,17 @@ def mean_kl(run: RunData) -> float | None:
     return float(kl.mean()) if len(kl) else None
 
 
+def local_means(run: RunData) -> tuple[float | None, float | None]:
+    """The local models' mean as the FedSoft paper scores it (w-bar: ``<metric>_best_learner``
+    where the run has it, i.e. FedEM's largest-pi learner, else the headline metric) and, for
+    FedEM, its pi-mixture's mean (else ``None``)."""
+    local = run.summary.get("local_mean") or {}
+    best, mean = local.get(f"{run.metric}_best_learner"), local.get(run.metric)
+    return (best, mean) if best is not None else (mean, None)
+
 
 def run_label(run: RunData, runs: Sequence[RunData]) -> str:
+    """The run's algorithm, with its directory's name when another of ``runs`` has the same."""
     same = sum(r.algorithm == run.algorithm for r in runs) > 1
     return f"{run.algorithm} ({run.name})" if same else run.algorithm
 

@@ -1,4 +1,5 @@
-"""The Markdown: one run's report.md and the comparison of several runs."""
+"""The Markdown: one run's report.md, and the comparison of several runs (the one writer of both
+``raysoft compare``'s comparison.md and ``raysoft report``'s comparison_report.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .analysis import best_center_series, mean_kl, run_label, stream_accuracy
+from .analysis import best_center_series, local_means, mean_kl, stream_accuracy
 from .figures import FIGURE_FILES
 from .load import RunData
 
@@ -33,22 +34,9 @@ def _kl(value: Any) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def _stream_cells(run: RunData) -> list[str]:
-    """Cli Bfr, Cli Aft, Cluster (summary.json) and the mean KL (the kl rows, else the summary's)."""
-    s = run.summary
-    kl = mean_kl(run)
-    return [_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft")),
-            _fmt("accuracy", s.get("cluster_acc")), _kl(kl if kl is not None else s.get("kl"))]
-
-
-def _local_headline(run: RunData) -> tuple[str, float | None]:
-    """The local-model mean that compare.py reports as w-bar: ``<metric>_best_learner`` where it
-    exists (FedEM), else the headline metric."""
-    local = run.summary.get("local_mean") or {}
-    for name in (f"{run.metric}_best_learner", run.metric):
-        if local.get(name) is not None:
-            return name, float(local[name])
-    return run.metric, None
+def _share(value: Any) -> str:
+    """An accuracy as the CCFL paper's Table 1 prints it (a fraction, three decimals)."""
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
 def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[str, str]) -> str:
@@ -147,20 +135,30 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     return "\n".join(lines).rstrip() + "\n"
 
 
-def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None,
+def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None = None,
                         kl_figure: Path | None = None) -> str:
-    """One row per run: algorithm, best-center metric per distribution, local mean, weight MAE, ARI;
-    with stream runs, a second table of their Cli Bfr, Cli Aft, Cluster and mean KL (and the KL
-    figure ``kl_figure``)."""
+    """The comparison of several runs: ``raysoft compare``'s comparison.md and, with the figures
+    ``figure`` (the best center's metric over rounds) and ``kl_figure``, ``raysoft report``'s
+    comparison_report.md.
+
+    One row per run: its algorithm and headline metric, the metric of the best center on each
+    distribution (that center's index: the FedSoft paper's Table 2), the local models' mean w̄
+    (FedEM: the largest-pi learner's, and its pi-mixture's in a column of its own), the weight
+    MAE, and the ARI and number of clusters. With stream runs, a second table: the CCFL paper's
+    Table 1 (Cli Bfr, Cli Aft, Cluster), the mean KL of Figure 4(b) (also relative to
+    FedSoft-Async's when exactly one run is FedSoft-Async with a KL) and the bytes per client.
+    A run is named by its directory, linked to its report.md (relative to ``out``, the folder
+    of the Markdown file) where it has one."""
     dists = sorted({int(d["distribution"]) for r in runs for d in (r.summary.get("distributions") or [])})
     metrics = sorted({r.metric for r in runs})
     head = ("| run | algorithm | metric | " + "".join(f"c*[{d}] | " for d in dists)
-            + "local mean | weight MAE | ARI (clusters) |")
+            + "w̄ | w̄ (mixture) | weight MAE | ARI (clusters) |")
     lines = [
         "# Comparison", "",
-        "c*[s]: the metric of the best center on distribution s (that center's index); local mean: "
-        "the local models' mean (FedEM: the largest-π learner's).", "",
-        head, "|---" * (6 + len(dists)) + "|",
+        "c*[s]: the metric of the best center on distribution s (that center's index); w̄: the local models' "
+        "mean (FedEM: the largest-π learner's; w̄ (mixture): its π-mixture's); weight MAE: the matched "
+        "importance weights against the true mixtures; ARI: the clusters found against the true ones.", "",
+        head, "|---" * (7 + len(dists)) + "|",
     ]
     for r in runs:
         s = r.summary
@@ -169,54 +167,58 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None,
         for d in dists:
             e = by_dist.get(d)
             cells.append("–" if e is None else f"{_fmt(r.metric, e.get(r.metric))} ({e['best_center']})")
-        _, local = _local_headline(r)
+        local, mixture = local_means(r)
         mae = "–" if s.get("weight_mae") is None else f"{s['weight_mae']:.4f}"
         ari = "–" if s.get("ari") is None else f"{s['ari']:.3f} ({s.get('num_clusters', '–')})"
-        link = Path(os.path.relpath(r.path / "report.md", out)).as_posix()
-        lines.append(f"| [{r.name}]({link}) | {r.algorithm} | {r.metric} | " + "".join(f"{c} | " for c in cells)
-                     + f"{_fmt(r.metric, local)} | {mae} | {ari} |")
+        lines.append(f"| {_run_cell(r, out)} | {r.algorithm} | {r.metric} | " + "".join(f"{c} | " for c in cells)
+                     + f"{_fmt(r.metric, local)} | {_fmt(r.metric, mixture)} | {mae} | {ari} |")
     lines.append("")
     if len(metrics) > 1:
         lines += [f"The runs have different headline metrics ({', '.join(metrics)}).", ""]
     if figure is not None:
         lines += [f"![best center's metric per distribution over rounds]({figure.name})", ""]
-    no_centers = [r.name for r in runs if best_center_series(r).empty]
-    if no_centers:
-        lines += [f"No centers, so not in the figure: {', '.join(no_centers)}.", ""]
+        no_centers = [r.name for r in runs if best_center_series(r).empty]
+        if no_centers:
+            lines += [f"No centers, so not in the figure: {', '.join(no_centers)}.", ""]
     streams = [r for r in runs if r.is_stream]
     if streams:
         lines += _stream_comparison(streams, out, kl_figure)
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _run_cell(run: RunData, out: Path) -> str:
+    """The run's directory name, linked to its report.md (relative to ``out``) if it has one."""
+    if not (run.path / "report.md").is_file():
+        return run.name
+    return f"[{run.name}]({Path(os.path.relpath(run.path / 'report.md', out)).as_posix()})"
+
+
 def _stream_comparison(streams: Sequence[RunData], out: Path, kl_figure: Path | None) -> list[str]:
-    """The stream runs' CCFL Table 1 triple and mean KL (Figure 4(b)); with exactly one
-    FedSoft-Async run that has a KL, every KL also relative to it (the paper sets FedSoft-Async's
-    to 1)."""
-    refs = [r for r in streams if r.algorithm == "fedsoft_async" and mean_kl(r) is not None]
-    ref = mean_kl(refs[0]) if len(refs) == 1 else None
-    has_bytes = any("bytes_down_per_client" in r.summary for r in streams)
-    head = "| run | method | Cli Bfr | Cli Aft | Cluster | mean KL |"
+    """The stream runs' table of :func:`comparison_markdown` (and the KL figure ``kl_figure``)."""
+    kls = [mean_kl(r) for r in streams]
+    kls = [kl if kl is not None else r.summary.get("kl") for r, kl in zip(streams, kls)]  # no kl rows: the summary's
+    refs = [kl for r, kl in zip(streams, kls) if r.algorithm == "fedsoft_async" and kl is not None]
+    ref = refs[0] if len(refs) == 1 else None  # the paper's Figure 4(b) sets FedSoft-Async's KL to 1
+    sent = [key for key in ("bytes_down_per_client", "bytes_up_per_client") if any(key in r.summary for r in streams)]
+    head = "| run | algorithm | Cli Bfr | Cli Aft | Cluster | KL |"
     head += " KL / fedsoft_async |" if ref else ""
-    head += " bytes down per client |" if has_bytes else ""
-    cols = 6 + bool(ref) + has_bytes
+    head += "".join({"bytes_down_per_client": " bytes down / client |", "bytes_up_per_client": " bytes up / client |"}[k]
+                    for k in sent)
     lines = [
-        "## Streams (papers/ccfl.md Table 1, Figure 4(b))", "",
-        "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both the mean over "
-        "clients at their final upload-download cycle); Cluster: the cluster models on their own distribution, "
-        "averaged over every evaluation; mean KL: KL(true mixture || estimate) averaged over every upload "
-        "(lower is better).", "",
-        head, "|---" * cols + "|",
+        "## Streams (the CCFL paper's Table 1 and Figure 4(b))", "",
+        "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both the mean accuracy "
+        "over clients at their final upload-download cycle); Cluster: the cluster models on their own "
+        "distribution, averaged over every evaluation; KL: KL(true mixture || estimate) averaged over every "
+        "upload (lower is better).", "",
+        head, "|---" * (6 + bool(ref) + len(sent)) + "|",
     ]
-    for r in streams:
-        link = Path(os.path.relpath(r.path / "report.md", out)).as_posix()
-        cells = _stream_cells(r)
-        kl = mean_kl(r)
+    for r, kl in zip(streams, kls):
+        s = r.summary
+        cells = [_share(s.get("cli_bfr")), _share(s.get("cli_aft")), _share(s.get("cluster_acc")), _kl(kl)]
         if ref:
             cells.append("–" if kl is None else f"{kl / ref:.3f}")
-        if has_bytes:
-            cells.append(_bytes(r.summary.get("bytes_down_per_client")))
-        lines.append(f"| [{r.name}]({link}) | {run_label(r, streams)} | " + " | ".join(cells) + " |")
+        cells += [_bytes(s.get(key)) for key in sent]
+        lines.append(f"| {_run_cell(r, out)} | {r.algorithm} | " + " | ".join(cells) + " |")
     lines.append("")
     if kl_figure is not None:
         lines += [f"![mean KL of the distribution estimates per method]({kl_figure.name})", ""]
@@ -224,4 +226,3 @@ def _stream_comparison(streams: Sequence[RunData], out: Path, kl_figure: Path | 
         if no_kl:
             lines += [f"No distribution estimates (no kl rows), so not in the KL figure: {', '.join(no_kl)}.", ""]
     return lines
-
