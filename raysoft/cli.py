@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
                         description="Figures and Markdown summaries of finished runs.", error_prefix="raysoft report")
     rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                    help="run directories (as `raysoft run` prints)")
+                    help="run directories (as `raysoft run` prints), or `raysoft compare` directories (their runs)")
     rp.add_argument("--out", help="where comparison_report.md goes when several runs are given "
                                   "(default: the first run's parent directory)")
     b = sub.add_parser("bench", help="seconds per round against the bare loop and Flower",

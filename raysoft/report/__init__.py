@@ -35,7 +35,9 @@ Into every run directory (PNG, drawn headless with matplotlib's Agg canvas):
   figures (and why any was skipped: no importance weights, e.g. FedAvg and Local; no centers,
   Local; a stream whose clients' mixtures drift has no groups for Figure 1's bottom).
 
-Given several run directories, also into ``out`` (default: the first run's parent directory):
+A ``raysoft compare`` directory (comparison.md and one run directory per algorithm) stands for
+the runs inside it. Given several run directories, also into ``out`` (default: the first run's
+parent directory, so a comparison's own directory):
 ``comparison_report.md`` (one row per run; with stream runs also their Cli Bfr / Cli Aft /
 Cluster / KL table) and ``comparison_center_metric.png`` (per distribution, the best center's
 metric at every evaluation, i.e. the best over the centers at that round, one line per run);
@@ -64,7 +66,7 @@ comparison; :mod:`.driver` decides which files go where (:func:`report`) and is 
 
 from .analysis import (MAX_GROUPS, SHARE_BINS, best_center_series, final_weights, first_center, local_means,
                        mean_kl, mixture_drifts, mixture_groups, run_label, stream_accuracy, true_shares, upload_cycles)
-from .driver import main, report, report_dir, report_run
+from .driver import compare_runs, main, report, report_dir, report_run
 from .figures import (COMPARISON_FILES, FIGURE_FILES, plot_center_metric, plot_clusters, plot_comparison,
                       plot_final_weights, plot_kl_comparison, plot_stream_accuracy, plot_weights_by_group,
                       save_figure)
@@ -73,7 +75,7 @@ from .markdown import comparison_markdown, run_markdown
 
 __all__ = [
     "COMPARISON_FILES", "FIGURE_FILES", "MAX_GROUPS", "REQUIRED", "SHARE_BINS", "STREAM_ALGORITHMS",
-    "ReportError", "RunData", "best_center_series", "comparison_markdown", "final_weights", "first_center",
+    "ReportError", "RunData", "best_center_series", "compare_runs", "comparison_markdown", "final_weights", "first_center",
     "load_run", "local_means", "lower_is_better", "main", "mean_kl", "mixture_drifts", "mixture_groups", "plot_center_metric",
     "plot_clusters", "plot_comparison", "plot_final_weights", "plot_kl_comparison", "plot_stream_accuracy",
     "plot_weights_by_group", "report", "report_dir", "report_run", "run_label", "run_markdown", "save_figure",

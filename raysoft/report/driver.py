@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
+
 from .figures import (COMPARISON_FILES, FIGURE_FILES, plot_center_metric, plot_clusters, plot_comparison,
                       plot_final_weights, plot_kl_comparison, plot_stream_accuracy, plot_weights_by_group,
                       save_figure)
-from .load import ReportError, RunData, load_run
+from .load import REQUIRED, ReportError, RunData, load_run
 from .markdown import comparison_markdown, run_markdown
 
 
@@ -54,33 +56,52 @@ def report_run(run: RunData) -> list[Path]:
 
 def report_dir(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> Path:
     """The directory that holds the report: the run directory for one run, ``out`` (default: the
-    first run's parent directory) for several."""
-    dirs = _unique(run_dirs)
+    first run's parent directory; for a ``raysoft compare`` directory, that directory) for several."""
+    dirs = _run_dirs(run_dirs)
     if len(dirs) == 1:
         return dirs[0]
     return Path(out) if out is not None else dirs[0].parent
 
 
-def _unique(run_dirs: Sequence[str | Path]) -> list[Path]:
+def _run_dirs(paths: Sequence[str | Path]) -> list[Path]:
+    """The run directories to report on: the paths as given, each ``raysoft compare`` directory
+    replaced by the runs inside it, and each directory once."""
     seen, out = set(), []
-    for d in run_dirs:
+    for d in (d for p in paths for d in (compare_runs(p) or [Path(p)])):
         key = os.path.realpath(d)
         if key not in seen:
             seen.add(key)
-            out.append(Path(d))
+            out.append(d)
     return out
+
+
+def compare_runs(path: str | Path) -> list[Path]:
+    """The run directories inside a ``raysoft compare`` directory (one holding comparison.md and no
+    summary.json), in the comparison's order (comparison.parquet's ``run_dir``; any other run
+    directory after them, by name). Empty for any other path."""
+    p = Path(path)
+    if not (p / "comparison.md").is_file() or (p / "summary.json").exists():
+        return []
+    runs = [d for d in sorted(p.iterdir()) if d.is_dir() and all((d / name).is_file() for name in REQUIRED)]
+    try:
+        order = list(pd.read_parquet(p / "comparison.parquet", columns=["run_dir"]).run_dir.unique())
+    except Exception:  # noqa: BLE001 - no or an unreadable comparison.parquet: the runs by name
+        order = []
+    return sorted(runs, key=lambda d: order.index(d.name) if d.name in order else len(order))
 
 
 def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> list[Path]:
     """Write the figures and report.md of every run directory and, for several, comparison_report.md,
     comparison_center_metric.png and (two or more stream runs) comparison_kl.png into ``out``
     (default: the first run's parent directory).
-    Returns the files written. Every path is checked before anything is written:
-    :class:`ReportError` names the first that is not a run directory. ``out`` is used only when
-    there are several runs. A directory given twice is reported once."""
+    Returns the files written. A ``raysoft compare`` directory stands for the runs inside it
+    (:func:`compare_runs`), so its comparison_report.md goes beside its comparison.md. Every path
+    is checked before anything is written: :class:`ReportError` names the first that is not a
+    run directory. ``out`` is used only when there are several runs. A directory given twice is
+    reported once."""
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
-    dirs = _unique(run_dirs)
+    dirs = _run_dirs(run_dirs)
     if not dirs:
         raise ReportError("give at least one run directory")
     runs = [load_run(d) for d in dirs]
