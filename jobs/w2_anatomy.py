@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from raysoft.algorithms.common import uniform_selection
-from raysoft.bench import _children_map, workload_config
+from raysoft.bench import children_map, workload_config
 from raysoft.config import parse_config
 from raysoft.data import Federation
 from raysoft.models import DataInfo, build_model
@@ -98,7 +98,7 @@ def per_process_peak() -> tuple[float, list[tuple[float, str]]]:
                                  str(Path(tmp) / "res.json")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         best, snapshot = 0.0, []
         while proc.poll() is None:
-            kids, todo, rows = _children_map(), [proc.pid], []
+            kids, todo, rows = children_map(), [proc.pid], []
             while todo:
                 pid = todo.pop()
                 todo.extend(kids.get(pid, []))

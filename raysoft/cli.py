@@ -1,27 +1,46 @@
-"""Command line: a thin layer over :func:`raysoft.run`.
+"""Command line: every subcommand's arguments, parsed here; the work is done by plain functions.
 
     raysoft run CONFIG [--set section.key=value ...] [--out DIR] [--address ADDR]
     raysoft run --resume RUN_DIR
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
+    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip]
 
-The last line on stdout is the new run (or comparison) directory. A bad config or argument prints one line on
-stderr naming the key and the problem, and exits with code 2.
+``run`` and ``compare`` call :func:`raysoft.run` and :func:`raysoft.compare.compare`; ``report``
+and ``bench`` call :func:`raysoft.report.main` and :func:`raysoft.bench.main` with the parsed
+values (``python -m raysoft.report`` and ``python -m raysoft.bench`` come here too). The last
+line on stdout is the new run (or comparison, report, bench) directory. A bad config or argument
+prints one line on stderr naming the key and the problem, and exits with code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .config import ConfigError, load_config, load_raw
 from .errors import UpdateError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2
-        sys.stderr.write(f"raysoft: error: {message}\n")
+    """argparse that reports a bad argument as one line on stderr (``<error_prefix>: error: ...``)
+    and exit code 2."""
+
+    def __init__(self, *args, error_prefix: str = "raysoft", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.error_prefix = error_prefix
+
+    def error(self, message: str) -> None:
+        sys.stderr.write(f"{self.error_prefix}: error: {message}\n")
         raise SystemExit(2)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        # the top parser finds a subcommand's unknown arguments: report them in the subcommand's name
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            getattr(ns, "subparser", self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,22 +62,50 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")
     c.add_argument("--address", help="Ray address to join")
     c.add_argument("--progress", choices=["auto", "bar", "lines", "none"])
-    sub.add_parser("bench", help="seconds per round against the bare loop and Flower: bench [--workload W2] [--quick]")
-    sub.add_parser("report", help="figures and Markdown summaries of finished runs: report RUN_DIR [RUN_DIR ...]")
+    rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
+                        description="Figures and Markdown summaries of finished runs.", error_prefix="raysoft report")
+    rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                    help="run directories (as `raysoft run` prints), or `raysoft compare` directories (their runs)")
+    rp.add_argument("--out", help="where comparison_report.md goes when several runs are given "
+                                  "(default: the first run's parent directory)")
+    b = sub.add_parser("bench", help="seconds per round against the bare loop and Flower",
+                       description="Seconds per round of raysoft against the bare loop and Flower.",
+                       error_prefix="raysoft bench")
+    b.add_argument("--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3 (default: all)")
+    b.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, "
+                                              "or this many rounds of N uploads)")
+    b.add_argument("--out", default="runs/bench", help="where bench.parquet goes (default: %(default)s)")
+    b.add_argument("--quick", action="store_true", help="a small version of each workload (a smoke test)")
+    b.add_argument("--flower", default=".venv-flower",
+                   help="the Flower virtual environment (created on first use), or 'skip'")
+    # one measurement in a subprocess of raysoft bench: SYSTEM WORKLOAD ROUNDS QUICK(1/0) OUT_JSON [EXPORT]
+    b.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    for p in (r, c, rp, b):
+        p.set_defaults(subparser=p)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:  # raysoft against the bare loop and Flower
-        from .bench import main as bench_main
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main, worker
 
-        return bench_main(argv[1:])
-    if argv[:1] == ["report"]:  # figures and summaries of finished runs (matplotlib)
+    if args.worker:
+        if len(args.worker) not in (5, 6):
+            sys.stderr.write("raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]\n")
+            return 2
+        system, workload, rounds, quick, out, *export = args.worker
+        return worker(system, workload, int(rounds), quick == "1", Path(out), Path(export[0]) if export else None)
+    workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
+    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "report":  # figures and summaries of finished runs (matplotlib)
         from .report import main as report_main
 
-        return report_main(argv[1:])
-    args = build_parser().parse_args(argv)
+        return report_main(args.run_dirs, args.out)
+    if args.command == "bench":  # raysoft against the bare loop and Flower
+        return _bench(args)
     try:
         if args.command == "run":
             from .api import resume, run

@@ -4,11 +4,15 @@ Each algorithm runs the same config, with the ``algorithm`` section's keys given
 algorithm that has them (``rounds``, ``clients_per_round``, ``eval_every`` to all;
 ``estimation_interval`` only to FedSoft, ``num_centers`` to the clustered ones, ...). The
 comparison directory holds one run directory per algorithm (named after it), and
-``comparison.parquet`` and ``comparison.md``: papers/fedsoft.md Table 2's shape, i.e. for each
-distribution the metric of its best center (and that center's index), and the mean local-model
-metric w-bar. A client's local model is the algorithm's own (FedSoft: w_k; IFCA: its chosen
-center; FedEM: the learner with the largest pi, as FedSoft's paper evaluates the baselines, with
-FedEM's pi-mixture prediction in its own column; FedAvg: the global model; Local: its own model).
+``comparison.parquet`` and ``comparison.md`` (written by
+:func:`raysoft.report.markdown.comparison_markdown`, as ``raysoft report`` writes its
+comparison_report.md): the shape of the FedSoft paper's Table 2 (Ruan & Joe-Wong, AAAI 2022),
+i.e. for each distribution the metric of its best center (and that center's index), and the mean
+local-model metric w-bar. A client's local model is the algorithm's own (FedSoft: w_k; IFCA: its
+chosen center; FedEM: the learner with the largest pi, as FedSoft's paper evaluates the
+baselines, with FedEM's pi-mixture prediction in its own column; FedAvg: the global model;
+Local: its own model). Streams (CCFL, FedSoft-Async, Local as a stream) also get the CCFL
+paper's Table 1: Cli Bfr, Cli Aft, Cluster, the mean KL and the bytes per client.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .api import RunResult, _prepare_out, is_uri, run
+from .api import _prepare_out, is_uri, run
 from .config import ALGORITHM_CONFIGS, STREAM_ALGORITHMS, Config, ConfigError, parse_config
+from .report.analysis import local_means
+from .report.load import RunData, load_run
+from .report.markdown import comparison_markdown
 
 DEFAULT_ALGORITHMS = ("fedsoft", "ifca", "fedem", "fedavg", "local")
 
@@ -64,41 +71,20 @@ def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) ->
 STREAM_KEYS = ("cli_bfr", "cli_aft", "cluster_acc", "kl", "bytes_down_per_client", "bytes_up_per_client")
 
 
-def _stream_row(name: str, r: RunResult) -> list[dict[str, Any]]:
-    """papers/ccfl.md Table 1's row of a stream run, with the mean KL and the bytes per client."""
-    return [{"algorithm": name, **{k: r.summary.get(k) for k in STREAM_KEYS}, "run_dir": r.run_dir.name}]
+def _stream_row(name: str, run: RunData) -> list[dict[str, Any]]:
+    """The CCFL paper's Table 1 row of a stream run, with the mean KL and the bytes per client."""
+    return [{"algorithm": name, **{k: run.summary.get(k) for k in STREAM_KEYS}, "run_dir": run.name}]
 
 
-def stream_markdown(table: pd.DataFrame) -> str:
-    """The Table-1-shaped Markdown of a comparison of streams (papers/ccfl.md Table 1)."""
-    def pct(v):
-        return "–" if v is None or pd.isna(v) else f"{v:.3f}"
-
-    lines = ["papers/ccfl.md Table 1: Cli Bfr (the uploaded model) and Cli Aft (the reply) on the client's current "
-             "test set, mean over clients at their final cycle; Cluster: each cluster model on its own distribution, "
-             "mean over all evaluations; KL(true mixture || estimate), mean over uploads",
-             "", "| algorithm | Cli Bfr | Cli Aft | Cluster | KL | MB down / client | MB up / client |",
-             "|---|---|---|---|---|---|---|"]
-    for row in table.itertuples():
-        lines.append(f"| {row.algorithm} | {pct(row.cli_bfr)} | {pct(row.cli_aft)} | {pct(row.cluster_acc)} | "
-                     f"{pct(row.kl)} | {row.bytes_down_per_client / 1e6:.2f} | {row.bytes_up_per_client / 1e6:.2f} |")
-    return "\n".join(lines) + "\n"
-
-
-def _row(name: str, r: RunResult) -> list[dict[str, Any]]:
-    if r.summary.get("algorithm") in STREAM_ALGORITHMS:
-        return _stream_row(name, r)
-    s = r.summary
+def _row(name: str, run: RunData) -> list[dict[str, Any]]:
+    """comparison.parquet's rows of one run: one per distribution (its best center), or one."""
+    if run.summary.get("algorithm") in STREAM_ALGORITHMS:
+        return _stream_row(name, run)
+    s = run.summary
     metric = s["metric"]
-    local = s.get("local_mean") or {}
-    common = {
-        "algorithm": name,
-        "metric": metric,
-        "local_mean": local.get(f"{metric}_best_learner", local.get(metric)),
-        "local_mean_mixture": local.get(metric) if f"{metric}_best_learner" in local else None,
-        "weight_mae": s.get("weight_mae"),
-        "run_dir": r.run_dir.name,
-    }
+    local, mixture = local_means(run)
+    common = {"algorithm": name, "metric": metric, "local_mean": local, "local_mean_mixture": mixture,
+              "weight_mae": s.get("weight_mae"), "run_dir": run.name}
     dists = s.get("distributions") or []
     if not dists:
         return [{**common, "distribution": None, "best_center": None, "best_center_metric": None}]
@@ -106,27 +92,6 @@ def _row(name: str, r: RunResult) -> list[dict[str, Any]]:
         {**common, "distribution": d["distribution"], "best_center": d["best_center"], "best_center_metric": d[metric]}
         for d in dists
     ]
-
-
-def markdown(table: pd.DataFrame) -> str:
-    """The Table-2-shaped Markdown of a comparison."""
-    metric = table.metric.iloc[0]
-    pct = metric == "accuracy"
-    fmt = (lambda v: f"{100 * v:.1f}") if pct else (lambda v: f"{v:.2f}")  # noqa: E731
-    dists = sorted(int(d) for d in table.distribution.dropna().unique())
-    head = "| algorithm | " + " | ".join(f"c*[{d}]" for d in dists) + " | w̄ | w̄ (mixture) | weight MAE |"
-    lines = [f"{metric}{' (%)' if pct else ''}; c*[s]: the best center on distribution s (its index)", "",
-             head, "|---" * (len(dists) + 4) + "|"]
-    for name, g in table.groupby("algorithm", sort=False):
-        cells = []
-        for d in dists:
-            row = g[g.distribution == d]
-            cells.append("–" if row.empty else f"{fmt(row.best_center_metric.iloc[0])} ({int(row.best_center.iloc[0])})")
-        first = g.iloc[0]
-        mix = "–" if pd.isna(first.local_mean_mixture) else fmt(first.local_mean_mixture)
-        mae = "–" if pd.isna(first.weight_mae) else f"{first.weight_mae:.3f}"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(first.local_mean)} | {mix} | {mae} |")
-    return "\n".join(lines) + "\n"
 
 
 def compare(
@@ -152,13 +117,12 @@ def compare(
             from .backends.ray_backend import connect
 
             started = connect(cfg.ray)  # one Ray session for every algorithm
-        rows = []
+        rows, runs = [], []
         for algo, c in configs.items():
-            rows += _row(algo, run(c, out=partial, progress=progress, dir_name=algo))
-        table = pd.DataFrame(rows)
-        table.to_parquet(partial / "comparison.parquet", index=False)
-        streams = cfg.algorithm.name in STREAM_ALGORITHMS
-        (partial / "comparison.md").write_text(stream_markdown(table) if streams else markdown(table))
+            runs.append(load_run(run(c, out=partial, progress=progress, dir_name=algo).run_dir))
+            rows += _row(algo, runs[-1])
+        pd.DataFrame(rows).to_parquet(partial / "comparison.parquet", index=False)
+        (partial / "comparison.md").write_text(comparison_markdown(runs, partial))
         os.replace(partial, final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
+from raysoft.cli import main as cli_main
 from raysoft.config import parse_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -88,6 +89,20 @@ def test_an_unknown_workload_is_a_one_line_error():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3)"]
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--rounds", "x"], "raysoft bench: error: argument --rounds: invalid int value: 'x'"),
+    (["--bogus"], "raysoft bench: error: unrecognized arguments: --bogus"),
+    (["--rounds", "1", "--flower", "skip"], "raysoft bench: --rounds: needs at least 2 (the first is the warm-up)"),
+    (["--worker", "raysoft", "W1"], "raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]"),
+])
+def test_bad_bench_arguments_are_one_line_and_exit_2(argv, line, capsys):
+    try:
+        code = cli_main(["bench", *argv])
+    except SystemExit as exit_:  # argparse's errors
+        code = exit_.code
+    assert code == 2 and capsys.readouterr().err.splitlines() == [line]
 
 
 @pytest.mark.slow

@@ -7,8 +7,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from raysoft.cli import main as cli_main
 from raysoft.compare import algorithm_configs, compare
 from raysoft.config import ConfigError
+from raysoft.report import comparison_markdown, load_run
 
 from conftest import small_config
 
@@ -48,6 +50,10 @@ def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     assert fem.local_mean != fem.local_mean_mixture  # best learner and mixture are both reported
     md = (path / "comparison.md").read_text()
     assert "| fedsoft |" in md and "c*[0]" in md and "w̄" in md
+    # the one comparison writer, raysoft report's (no report.md in the runs yet: no links)
+    assert md == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path)
+    fedem_row = next(line for line in md.splitlines() if line.startswith("| fedem |"))
+    assert f"{fem.local_mean_mixture:.2f}" in fedem_row  # FedEM's pi-mixture in its own column
 
 
 @pytest.mark.slow
@@ -62,3 +68,15 @@ def test_cli_compare_prints_the_directory_last(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "raysoft", "compare", str(cfg), "--algorithms", "nope",
                           "--out", str(tmp_path / "o2")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_report_on_a_compare_directory_reports_its_runs(tmp_path, capsys):
+    path = compare(small_config(), ["fedsoft", "fedavg"], out=tmp_path)
+    assert cli_main(["report", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [str(path / "comparison_report.md"), str(path)]  # beside comparison.md
+    assert {"fedsoft/report.md", "fedavg/report.md", "comparison.md"} <= {
+        p.relative_to(path).as_posix() for p in path.rglob("*.md")}
+    rows = [line for line in (path / "comparison_report.md").read_text().splitlines() if line.startswith("| [")]
+    assert [r.split(" | ")[1] for r in rows] == ["fedsoft", "fedavg"]  # the comparison's order, not by name
+    assert rows[0].startswith("| [fedsoft](fedsoft/report.md) |")

@@ -9,6 +9,7 @@ import pytest
 
 import raysoft
 from raysoft import report as rp
+from raysoft.cli import main as cli_main
 
 from conftest import check_png, small_config
 
@@ -218,13 +219,13 @@ def test_comparison_of_several_runs(runs, written, tmp_path):
 
 
 def test_main_prints_the_files_then_the_report_directory(runs, written, tmp_path, capsys):
-    assert rp.main([str(runs["fedsoft"])]) == 0
+    assert cli_main(["report", str(runs["fedsoft"])]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == str(runs["fedsoft"])
     assert lines[:-1] == [str(runs["fedsoft"] / f) for f in
                           ["center_metric.png", "weights_by_group.png", "final_weights.png", "report.md"]]
     out = tmp_path / "two"
-    assert rp.main([str(runs["fedsoft"]), str(runs["fedavg"]), "--out", str(out)]) == 0
+    assert cli_main(["report", str(runs["fedsoft"]), str(runs["fedavg"]), "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == str(out) and lines[-2] == str(out / "comparison_report.md")
     # default out: the first run's parent
@@ -247,7 +248,7 @@ def test_a_path_that_is_not_a_run_directory_is_an_error_and_nothing_is_written(r
         (tmp_path, "missing summary.json, metrics.parquet"),
     ]
     for bad, why in cases:
-        assert rp.main([str(good), str(bad), "--out", str(out)]) == 2
+        assert cli_main(["report", str(good), str(bad), "--out", str(out)]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
         err = captured.err.splitlines()

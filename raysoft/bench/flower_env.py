@@ -3,7 +3,7 @@
 Flower 1.42's ``flwr[simulation]`` pins ``ray==2.55.1``, which conflicts with the Ray this
 package runs on, so Flower lives in a separate venv. :func:`ensure_flower_venv` makes it (once:
 a stamp file holding the requirements is written after a successful install, and a venv whose
-stamp is missing or differs is reinstalled), and :func:`run_flower` runs ``bench_flower.py``
+stamp is missing or differs is reinstalled), and :func:`run_flower` runs ``flower.py``
 (a standalone script beside this module that does not import ``raysoft``) with that venv's
 python and returns the JSON it wrote. Standard library only.
 """
@@ -19,7 +19,7 @@ import sys
 import venv
 from pathlib import Path
 
-BENCH_SCRIPT = Path(__file__).with_name("bench_flower.py")
+BENCH_SCRIPT = Path(__file__).with_name("flower.py")
 FLOWER_VERSION = "1.42.0"
 STAMP_NAME = ".raysoft-flower-stamp"
 
@@ -148,7 +148,7 @@ def run_flower(
     num_actors: int = 2,
     timeout: float | None = None,
 ) -> dict:
-    """Run ``bench_flower.py`` with the Flower venv's ``python`` on ``data_npz``, writing
+    """Run ``flower.py`` with the Flower venv's ``python`` on ``data_npz``, writing
     ``out_json``, and return the parsed JSON. A failure (nonzero exit, timeout, missing or bad
     JSON) is a one-line :class:`RuntimeError` carrying the last line of the script's stderr."""
     out_json = Path(out_json)
@@ -166,16 +166,16 @@ def run_flower(
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         err = _stop(proc)
-        raise RuntimeError(f"bench_flower.py timed out after {timeout} s: {_last_line(err)}") from None
+        raise RuntimeError(f"bench/flower.py timed out after {timeout} s: {_last_line(err)}") from None
     finally:
         if proc.poll() is None:
             _stop(proc)
     if proc.returncode != 0:
-        raise RuntimeError(f"bench_flower.py failed (exit {proc.returncode}): {_last_line(err)}")
+        raise RuntimeError(f"bench/flower.py failed (exit {proc.returncode}): {_last_line(err)}")
     try:
         return json.loads(out_json.read_text())
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"bench_flower.py wrote no readable JSON at {out_json}: {exc}".replace("\n", " ")) from None
+        raise RuntimeError(f"bench/flower.py wrote no readable JSON at {out_json}: {exc}".replace("\n", " ")) from None
 
 
 def _stop(proc: subprocess.Popen, grace: float = 30.0) -> str:
@@ -199,5 +199,5 @@ def _stop(proc: subprocess.Popen, grace: float = 30.0) -> str:
 
 __all__ = ["FLOWER_REQUIREMENTS", "ensure_flower_venv", "run_flower", "BENCH_SCRIPT"]
 
-if __name__ == "__main__":  # pragma: no cover - convenience: python -m raysoft.flower_env PATH
+if __name__ == "__main__":  # pragma: no cover - convenience: python -m raysoft.bench.flower_env PATH
     print(ensure_flower_venv(Path(sys.argv[1] if len(sys.argv) > 1 else ".venv-flower")))

@@ -1,9 +1,9 @@
 """FedAvg with Flower's Ray simulation: the Flower side of the seconds-per-round benchmark.
 
-A standalone script for the Flower venv (see ``raysoft/flower_env.py``): it imports only the
+A standalone script for the Flower venv (see ``raysoft/bench/flower_env.py``): it imports only the
 standard library, numpy, torch and flwr, never ``raysoft``.
 
-    <flower-venv>/bin/python raysoft/bench_flower.py --data W2.npz --out result.json [--num-actors 2]
+    <flower-venv>/bin/python raysoft/bench/flower.py --data W2.npz --out result.json [--num-actors 2]
 
 The ``.npz`` holds the clients' data (``x_<k>``, ``y_<k>``, ``num_clients``), the clients of
 every round (``selection`` [rounds, K]), the initial global CNN (``init_<i>`` in
@@ -40,6 +40,11 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+# Run as a script, this file's folder (raysoft/bench, modules for raysoft's interpreter, not this
+# venv's) comes first on sys.path, where a module of it could shadow one flwr or Ray imports.
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]
 
 # Before flwr (and so ray) is imported; the Ray processes inherit these. Flower's telemetry and
 # Ray's usage stats would try to reach the internet. On Linux, Ray turns a node IP of
@@ -383,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         msg = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
         sys.stdout.flush()
-        print(f"bench_flower: error: {msg}", file=sys.stderr, flush=True)
+        print(f"bench/flower.py: error: {msg}", file=sys.stderr, flush=True)
         # not sys.exit: after an interrupt Flower's ServerApp thread (not a daemon) may still be
         # running its rounds and would keep the interpreter from exiting
         os._exit(1)

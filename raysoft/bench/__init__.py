@@ -1,0 +1,35 @@
+"""``raysoft bench``: seconds per round of raysoft against the bare loop and Flower.
+
+Each (workload, system) pair runs in a subprocess of this command (one process tree, one
+sitting) while a sampler sums the resident memory of that subprocess and all its descendants
+(Ray's raylet and workers included) every 0.2 s. Systems:
+
+* ``raysoft``: the workload's config through :func:`raysoft.backends.run_backend` on local Ray
+  (Ray's start-up is outside the per-round times, inside the total);
+* ``bare``: one process, one model per client step, a plain Python loop over the selected clients
+  with ``torch.optim`` and the same local steps and averaging (the same maths: the pure
+  FedSoft sub-steps and the same client selection streams) - the honest floor of a naive
+  implementation;
+* ``flower``: W2's FedAvg in Flower's Ray simulation, in a virtual environment of its own
+  (Flower pins another Ray release), on the very clients, selections and initial model of the
+  bare loop (exported to an ``.npz``); see :mod:`raysoft.bench.flower`.
+
+A round's time is the median over the rounds after the first (the warm-up); for W3 (a stream)
+a "round" is N uploads, one per client on average.
+
+The modules: :mod:`.workloads` (W1-W3 and their systems), :mod:`.memory` (a process tree's
+RSS and PSS), :mod:`.bare` (the bare loop), :mod:`.worker` (one measurement, in a subprocess:
+``python -m raysoft.bench --worker ...``), :mod:`.runner` (the orchestration, bench.parquet and
+bench.md), :mod:`.flower_env` (Flower's venv) and :mod:`.flower` (a standalone script run by
+that venv's python; it imports neither raysoft nor this package).
+"""
+
+from .memory import PeakSampler, children_map, tree_memory_mb
+from .runner import COLUMNS, bench, main, markdown, round_stats
+from .worker import worker
+from .workloads import DEFAULT_ROUNDS, SYSTEMS, WORKLOADS, workload_config
+
+__all__ = [
+    "COLUMNS", "DEFAULT_ROUNDS", "PeakSampler", "SYSTEMS", "WORKLOADS", "bench", "children_map", "main", "markdown",
+    "round_stats", "tree_memory_mb", "worker", "workload_config",
+]

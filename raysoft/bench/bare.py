@@ -1,0 +1,158 @@
+"""The bare loop: FedAvg and FedSoft as plain Python loops over the selected clients, one
+process, ``torch.optim`` - the floor of a naive implementation of the same maths (the pure
+FedSoft sub-steps, the same client selection streams, the same local steps and averaging)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import parse_config
+
+
+def _bare_setup(raw: dict[str, Any]):
+    import torch
+
+    from ..algorithms.base import ServerContext
+    from ..data import Federation
+    from ..models import build_model
+
+    cfg = parse_config(raw)
+    fed = Federation(cfg.data, cfg.seed)
+    ctx = ServerContext(cfg=cfg, sizes=fed.sizes, info=fed.info)
+    data = [fed.client_data(k) for k in range(fed.num_clients)]
+    torch.set_num_threads(2)
+    return cfg, fed, ctx, data, build_model
+
+
+def _sgd_epochs(model, opt, x, y, task, cfg, rng) -> None:
+    """The plain local loop: shuffled mini-batches, mean loss, backward, step."""
+    import torch.nn.functional as F
+
+    model.train()
+    for _ in range(cfg.train.local_epochs):
+        order = rng.permutation(len(y)) if cfg.train.shuffle else np.arange(len(y))
+        for i in range(0, len(y), cfg.train.batch_size):
+            idx = order[i:i + cfg.train.batch_size]
+            out = model(x[idx])
+            loss = F.mse_loss(out, y[idx]) if task == "regression" else F.cross_entropy(out, y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, Any]:
+    """FedAvg as a plain loop; ``export`` writes its clients, selections and initial model for
+    Flower."""
+    import torch
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    from ..algorithms.common import uniform_selection
+    from ..rng import numpy_rng
+
+    start = time.monotonic()
+    cfg, fed, ctx, data, build_model = _bare_setup(raw)
+    a, n = cfg.algorithm, fed.sizes
+    glob = ctx.new_model("center", 0)
+    selections = [uniform_selection(fed.num_clients, a.clients_per_round, numpy_rng(cfg.seed, "select", t))
+                  for t in range(a.rounds)]
+    holdouts = [fed.holdout(s) for s in range(fed.num_distributions)]
+    if export is not None:
+        arrays: dict[str, Any] = {f"init_{i}": p.detach().numpy() for i, p in enumerate(glob.parameters())}
+        for k, d in enumerate(data):
+            arrays[f"x_{k}"], arrays[f"y_{k}"] = d.x.numpy(), d.y.numpy()
+        arrays.update(
+            num_clients=fed.num_clients, selection=np.array(selections, dtype=np.int64),
+            x_test=torch.cat([h[0] for h in holdouts]).numpy(), y_test=torch.cat([h[1] for h in holdouts]).numpy(),
+            lr=cfg.train.lr, momentum=cfg.train.momentum, batch_size=cfg.train.batch_size,
+            local_epochs=cfg.train.local_epochs, seed=cfg.seed, channels=np.array(cfg.model.channels),
+            hidden=cfg.model.hidden, classes=fed.info.num_outputs,
+        )
+        np.savez(export, **arrays)
+    local = ctx.new_model("center", 0)
+    times = []
+    for t, sel in enumerate(selections):
+        t0 = time.monotonic()
+        g = parameters_to_vector(glob.parameters()).detach().clone()
+        acc = torch.zeros_like(g)
+        for k in sel:
+            vector_to_parameters(g.clone(), local.parameters())
+            opt = torch.optim.SGD(local.parameters(), lr=cfg.train.lr, momentum=cfg.train.momentum)
+            _sgd_epochs(local, opt, data[k].x, data[k].y, fed.info.task, cfg,
+                        numpy_rng(cfg.seed, "shuffle", k, t))
+            acc += float(n[k]) * parameters_to_vector(local.parameters()).detach()
+        vector_to_parameters(acc / float(sum(n[k] for k in sel)), glob.parameters())
+        times.append(time.monotonic() - t0)
+    glob.eval()
+    with torch.no_grad():
+        accs = [float((glob(x).argmax(-1) == y).float().mean()) for x, y in holdouts]
+    return {"sec_per_round_all": times, "updates": [len(s) for s in selections], "quality": float(np.mean(accs)),
+            "quality_metric": "accuracy", "total_s": time.monotonic() - start}
+
+
+def bare_fedsoft(raw: dict[str, Any]) -> dict[str, Any]:
+    """FedSoft (Algorithm 1) as a plain loop over clients, with FedSoft's pure sub-steps."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    from ..algorithms.fedsoft import importance_weights, select_clients, selection_probabilities
+    from ..rng import numpy_rng
+
+    start = time.monotonic()
+    cfg, fed, ctx, data, build_model = _bare_setup(raw)
+    a, lam = cfg.algorithm, cfg.algorithm.prox_weight
+    S, N = int(a.num_centers or fed.num_distributions), fed.num_clients
+    centers = torch.stack([parameters_to_vector(ctx.new_model("center", s).parameters()).detach() for s in range(S)])
+    models = [ctx.new_model("client_init") for _ in range(N)]
+    opts = [torch.optim.Adam(m.parameters(), lr=cfg.train.lr) for m in models]
+    scratch = ctx.new_model("client_init")
+    u = np.full((N, S), 1.0 / S)
+    times, updates = [], []
+    for t in range(a.rounds):
+        t0 = time.monotonic()
+        if t % a.estimation_interval == 0:
+            with torch.no_grad():
+                for k in range(N):
+                    losses = []
+                    for s in range(S):
+                        vector_to_parameters(centers[s].clone(), scratch.parameters())
+                        losses.append(((scratch(data[k].x) - data[k].y) ** 2).numpy())
+                    u[k] = importance_weights(np.stack(losses), a.sigma)
+        selected = select_clients(selection_probabilities(u, fed.sizes), a.clients_per_round,
+                                  numpy_rng(cfg.seed, "select", t))
+        trainers = sorted({int(k) for sel in selected for k in sel})
+        trained = {}
+        for k in trainers:
+            uk = torch.as_tensor(u[k], dtype=torch.float32)
+            model, opt, x, y = models[k], opts[k], data[k].x, data[k].y
+            rng = numpy_rng(cfg.seed, "shuffle", k, t)
+            for _ in range(cfg.train.local_epochs):
+                order = rng.permutation(len(y))
+                for i in range(0, len(y), cfg.train.batch_size):
+                    idx = order[i:i + cfg.train.batch_size]
+                    w = parameters_to_vector(model.parameters())
+                    prox = 0.5 * lam * (uk * ((w[None, :] - centers) ** 2).sum(dim=1)).sum()
+                    loss = F.mse_loss(model(x[idx]), y[idx]) + prox
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            trained[k] = parameters_to_vector(model.parameters()).detach().clone()
+        centers = torch.stack([torch.stack([trained[int(k)] for k in sel]).mean(0) if len(sel) else centers[s]
+                               for s, sel in enumerate(selected)])
+        times.append(time.monotonic() - t0)
+        updates.append(len(trainers))
+    with torch.no_grad():
+        mse = []
+        for s in range(fed.num_distributions):
+            x, y = fed.holdout(s)
+            errs = []
+            for c in centers:
+                vector_to_parameters(c.clone(), scratch.parameters())
+                errs.append(float(((scratch(x) - y) ** 2).mean()))
+            mse.append(min(errs))
+    return {"sec_per_round_all": times, "updates": updates, "quality": float(np.mean(mse)),
+            "quality_metric": "center mse", "total_s": time.monotonic() - start}

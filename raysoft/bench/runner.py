@@ -1,0 +1,134 @@
+"""``raysoft bench``'s orchestration: every (workload, system) in a subprocess of its own
+(Flower in its venv), their timings and peak memory in ``bench.parquet`` and ``bench.md``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError
+from .memory import PeakSampler, tree_memory_mb
+from .workloads import DEFAULT_ROUNDS, SYSTEMS, workload_config
+
+COLUMNS = ["workload", "system", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
+           "updates_per_round",
+           "quality", "quality_metric", "total_s"]
+
+
+
+def round_stats(times: list[float], updates: list[int]) -> tuple[float, float]:
+    """(median seconds per round after the warm-up round, client updates per second over the
+    same rounds)."""
+    if not times:
+        raise ValueError("no rounds were timed")
+    timed = times[1:] or times
+    done = updates[1:] or updates
+    return float(np.median(timed)), float(sum(done) / sum(timed))
+
+
+def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None) -> tuple[dict[str, Any], PeakSampler]:
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)  # always a fresh local Ray of the subprocess's own
+    with tempfile.TemporaryFile() as err:
+        # its own process group (Ray's processes join it): a timeout kills all of them
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+        with PeakSampler(proc.pid) as sampler:
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise RuntimeError(f"{label}: timed out after {timeout} s") from None
+        if code != 0:
+            err.seek(0)
+            lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
+            raise RuntimeError(f"{label}: exit {code}: {lines[-1] if lines else ''}")
+    return json.loads(out_json.read_text()), sampler
+
+
+def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
+          timeout: float | None = None) -> "Any":
+    """Run every (workload, system); write ``bench.parquet`` and return its table."""
+    import pandas as pd
+
+    rows = []
+    scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
+    for w in workloads:
+        r = rounds or (3 if quick else DEFAULT_ROUNDS[w])  # W3: rounds of N uploads (0: 200 uploads)
+        export = scratch / f"{w}.npz"
+        for system in SYSTEMS[w]:
+            res_path = scratch / f"{w}-{system}.json"
+            if system == "flower":
+                if flower == "skip":
+                    continue
+                from .flower_env import ensure_flower_venv, run_flower
+
+                own = tree_memory_mb(os.getpid())  # this process alone: no children now
+                with PeakSampler(os.getpid()) as sampler:  # this process plus Flower's tree
+                    flwr = run_flower(ensure_flower_venv(Path(flower)), export, res_path, num_actors=2,
+                                      timeout=timeout)
+                sampler.peak, sampler.peak_pss = sampler.peak - own[0], sampler.peak_pss - own[1]
+                res = {"sec_per_round_all": flwr["sec_per_round"], "quality": flwr["accuracy"],
+                       "quality_metric": "accuracy", "total_s": flwr["total_s"],
+                       "updates": [flwr["clients_per_round"]] * len(flwr["sec_per_round"])}
+            else:
+                cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, w, str(r), "1" if quick else "0",
+                       str(res_path)] + ([str(export)] if system == "bare" and w == "W2" else [])
+                res, sampler = _measure(f"{w} {system}", cmd, res_path, timeout)
+            sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
+            rows.append({"workload": w, "system": system, "sec_per_round": sec, "updates_per_s": ups,
+                         "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
+                         "rounds": len(res["sec_per_round_all"]),
+                         "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
+                         "quality_metric": res["quality_metric"], "total_s": res["total_s"]})
+            print(f"{w} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak RSS {sampler.peak:.0f} MB, "
+                  f"PSS {sampler.peak_pss:.0f} MB", file=sys.stderr)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".bench.parquet.tmp"
+    table.to_parquet(tmp, index=False)
+    os.replace(tmp, out / "bench.parquet")
+    (out / "bench.md").write_text(markdown(table))
+    return table
+
+
+def markdown(table: "Any") -> str:
+    """The bench table, with raysoft's speed-up over each other system of the same workload."""
+    lines = ["| workload | system | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | raysoft speed-up |",
+             "|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")]["sec_per_round"]
+        ratio = "–" if r["system"] == "raysoft" or ray.empty else f"{r['sec_per_round'] / float(ray.iloc[0]):.2f}×"
+        lines.append(f"| {r['workload']} | {r['system']} | {r['sec_per_round']:.3f} | {r['updates_per_s']:.1f} | "
+                     f"{r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {r['quality']:.4g} ({r['quality_metric']}) | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str) -> int:
+    """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
+    line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
+    that fails or times out: one line, exit 1."""
+    try:
+        for w in workloads:
+            workload_config(w, 2)
+        if rounds is not None and rounds < 2:
+            raise ConfigError("--rounds: needs at least 2 (the first is the warm-up)")
+        table = bench(workloads, rounds, Path(out), quick, flower)
+    except ConfigError as err:
+        print(f"raysoft bench: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        print(f"raysoft bench: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(markdown(table), end="")
+    print(Path(out).resolve())
+    return 0
+

@@ -1,0 +1,71 @@
+"""One (workload, system) measurement, run in a subprocess of ``raysoft bench`` so that the
+memory sampler sees that system's process tree alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import parse_config
+from .bare import bare_fedavg, bare_fedsoft
+from .workloads import workload_config
+
+
+def _quality_of(tables: dict[str, Any], summary: dict[str, Any], workload: str) -> tuple[float, str]:
+    """W1: mean over distributions of the best center's MSE; W2: the mean holdout accuracy of
+    the global model; W3: the mean cluster-model accuracy of the last evaluation."""
+    m = tables["metrics"].to_pandas()
+    m = m[(m["scope"] == "cluster") & (m["step"] == m["step"].max())]
+    if workload == "W1":
+        best = m[m["metric"] == "mse"].groupby("eval_dist")["value"].min()
+        return float(best.mean()), "center mse"
+    acc = m[m["metric"] == "accuracy"]
+    if workload == "W2":
+        return float(acc[acc["entity"] == 0]["value"].mean()), "accuracy"
+    return float(acc.groupby("eval_dist")["value"].max().mean()), "cluster accuracy"
+
+
+def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
+    from ..api import check_data
+    from ..backends import run_backend
+
+    cfg = check_data(parse_config(raw))
+    marks: list[tuple[float, int, int]] = []
+
+    def on_progress(info: dict[str, Any]) -> None:
+        marks.append((time.monotonic(), int(info["round"]), int(info.get("trained") or 0)))
+
+    start = time.monotonic()
+    tables, summary = run_backend(cfg, "bench", on_progress)
+    total = time.monotonic() - start
+    if workload == "W3":  # a "round" is N uploads; the first advance is the initial evaluation
+        n = cfg.data.clients
+        times, updates = [], []
+        for (t0, r0, _), (t1, r1, _) in zip(marks[1:], marks[2:]):
+            if r1 > r0:
+                times.append((t1 - t0) * n / (r1 - r0))
+                updates.append(n)
+    else:
+        times = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
+        updates = [b[2] for b in marks[1:]]
+    quality, metric = _quality_of(tables, summary, workload)
+    return {"sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
+            "total_s": total}
+
+
+def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:
+    """Measure ``system`` on ``workload`` and write the result to the JSON file ``out`` (``export``:
+    where the bare FedAvg loop writes its clients for Flower). Started by :func:`raysoft.bench.bench`
+    as ``python -m raysoft.bench --worker SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]``
+    (QUICK: 1 or 0), whose arguments raysoft/cli.py parses."""
+    raw = workload_config(workload, rounds, quick)
+    if system == "raysoft":
+        res = run_raysoft(workload, raw)
+    elif workload == "W1":
+        res = bare_fedsoft(raw)
+    else:
+        res = bare_fedavg(raw, export)
+    out.write_text(json.dumps(res))
+    return 0

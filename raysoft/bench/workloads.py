@@ -1,0 +1,55 @@
+"""The benchmark's reference workloads W1-W3 and the systems each is timed on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import ConfigError
+
+WORKLOADS = ("W1", "W2", "W3")
+SYSTEMS = {"W1": ("raysoft", "bare"), "W2": ("raysoft", "bare", "flower"), "W3": ("raysoft",)}
+DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0}  # W3: 0 = 200 uploads
+
+
+def workload_config(name: str, rounds: int, quick: bool = False) -> dict[str, Any]:
+    """The config of a reference workload (``quick``: a small version, for a smoke test)."""
+    if name == "W1":  # FedSoft, synthetic linear regression (jobs/fedsoft_synthetic.yaml)
+        clients, k = (10, 6) if quick else (100, 60)
+        return {
+            "seed": 0,
+            "algorithm": {"name": "fedsoft", "rounds": rounds, "clients_per_round": k, "estimation_interval": 2,
+                          "sigma": 1e-4, "prox_weight": 1.0, "eval_every": rounds},
+            "data": {"name": "synthetic", "clients": clients, "distributions": 2, "partition": "10:90",
+                     "theta_std": 10.0},
+            "model": {"name": "linear", "init": "xavier_normal"},
+            "train": {"optimizer": "adam", "lr": 0.005, "batch_size": 10, "local_epochs": 10},
+            "ray": {"num_cpus": 2, "num_cpus_per_actor": 1},
+        }
+    if name == "W2":  # FedAvg, rotated Fashion-MNIST 0/180, the 28x28 CNN
+        clients, k, channels, hidden = (10, 6, [8, 16], 64) if quick else (100, 60, [32, 64], 512)
+        return {
+            "seed": 0,
+            "algorithm": {"name": "fedavg", "rounds": rounds, "clients_per_round": k, "eval_every": rounds},
+            "data": {"name": "fmnist", "clients": clients, "distributions": 2, "partition": "10:90",
+                     "rotations": [0, 180], "test_samples": 1000},
+            "model": {"name": "cnn", "channels": channels, "hidden": hidden},
+            "train": {"optimizer": "sgd", "lr": 0.05 if quick else 0.01, "momentum": 0.0, "batch_size": 32, "local_epochs": 1,
+                      "shuffle": True},
+            "ray": {"num_cpus": 2, "num_cpus_per_actor": 1},
+        }
+    if name == "W3":  # CCFL, rotated Fashion-MNIST K = 4, 80 clients, 200 uploads (rounds: N uploads each)
+        clients = 8 if quick else 80
+        uploads = rounds * clients if rounds else 200
+        return {
+            "seed": 0,
+            "algorithm": {"name": "ccfl", "rounds": uploads, "eval_every": uploads,
+                          "public_samples": 100 if quick else 400, "pretrain_epochs": 1,
+                          "loss_reduction": "paper_scale", "alpha0": 0.025},
+            "data": {"name": "fmnist", "clients": clients, "distributions": 4, "partition": "random",
+                     "samples_min": 100 if quick else 500, "samples_max": 200 if quick else 2000,
+                     "test_samples": 200 if quick else 1000},
+            "model": {"name": "cnn", "channels": [8, 16] if quick else [16, 32], "hidden": 64 if quick else 128},
+            "train": {"optimizer": "adam", "lr": 0.001, "batch_size": 128, "local_epochs": 1, "shuffle": True},
+            "ray": {"num_cpus": 2},
+        }
+    raise ConfigError(f"--workload: unknown workload {name!r} (known: {', '.join(WORKLOADS)})")

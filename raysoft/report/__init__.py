@@ -1,0 +1,83 @@
+"""``raysoft report``: figures and Markdown summaries of finished runs.
+
+    raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
+
+Into every run directory (PNG, drawn headless with matplotlib's Agg canvas):
+
+* ``center_metric.png`` reproduces FedSoft's **Figure 1 (top)** (Ruan & Joe-Wong, AAAI 2022):
+  the headline metric (test MSE, or accuracy) of every center on every distribution's holdout
+  set over rounds; one panel per distribution, one line per center.
+* ``weights_by_group.png`` reproduces **Figure 1 (bottom)**: the importance-weight estimates
+  over rounds averaged over the clients with the same true mixture (the paper's
+  ``u-bar_{a:b}^t``; clients are grouped by their true share vector rounded to 0.1, or, when that
+  gives more than 6 groups as the linear and random partitions do, binned into 5 bins by their
+  share of distribution 0); one panel per distribution with its matched center (the summary's
+  ``matching``; unmatched centers get panels of their own) or, without a matching, one per
+  center; one line per group.
+* ``final_weights.png`` reproduces **Figure 2**: every client's final weight on the first
+  cluster (``u_k0^T``: the center matched to distribution 0, else center 0) against the client
+  index, with the client's true share of distribution 0 overlaid.
+* ``clusters.png`` (runs with ``assignments.parquet``: IFCA, FPFC) shows the hard clustering
+  behind the Num and ARI columns of FPFC's **Table 1** (Yu et al., AAAI 2023): each client's
+  predicted cluster, coloured by its true cluster, with the ARI and the number of clusters in
+  the title.
+* ``ccfl_accuracy.png`` (stream runs: CCFL, FedSoft-Async, Local as a stream) reproduces
+  CCFL's **Figure 3** ("Client-Centric Federated Learning under Dynamic Mixtures of
+  Distributions"): over upload-download cycles (a client's k-th upload), the mean over clients
+  of Cli Bfr (``accuracy_before``, the local model before its k-th upload) and Cli Aft
+  (``accuracy_after``, the model received for that upload), and the mean accuracy of the cluster
+  models on their own distribution at cycle = step / clients (the average number of cycles done
+  by then; clients = those that uploaded); a grey step line on the right axis counts the clients
+  that reached each cycle (fast clients reach more cycles, so the tail averages few clients).
+* ``report.md``: algorithm, rounds, the best center of each distribution and its metric, the
+  weight MAE, ARI and number of clusters where present, the local models' means, for stream
+  runs the summary's Cli Bfr / Cli Aft / Cluster / KL (and bytes downloaded per client), and the
+  figures (and why any was skipped: no importance weights, e.g. FedAvg and Local; no centers,
+  Local; a stream whose clients' mixtures drift has no groups for Figure 1's bottom).
+
+A ``raysoft compare`` directory (comparison.md and one run directory per algorithm) stands for
+the runs inside it. Given several run directories, also into ``out`` (default: the first run's
+parent directory, so a comparison's own directory):
+``comparison_report.md`` (one row per run; with stream runs also their Cli Bfr / Cli Aft /
+Cluster / KL table) and ``comparison_center_metric.png`` (per distribution, the best center's
+metric at every evaluation, i.e. the best over the centers at that round, one line per run);
+with at least two stream runs, ``comparison_kl.png`` reproduces CCFL's **Figure 4(b)**: the
+mean KL(true mixture || estimate) over all uploads, one bar per run that records ``kl``.
+
+Stream runs (a ``summary.json`` ``algorithm`` in :data:`STREAM_ALGORITHMS`, or client rows named
+``accuracy_before``) have one upload per step: their x axes say "global epoch t (uploads)", and
+cluster model k belongs to distribution k by construction (pre-trained on its public set; the
+estimates and the KL compare u_k with share k), so the figures match center k to distribution k
+rather than using the summary's accuracy-based matching.
+
+Every plotting function returns its :class:`~matplotlib.figure.Figure` (or ``None`` when the
+run has nothing to draw), so its data can be read back from the axes. Figures are built with
+matplotlib's object-oriented API on an Agg canvas and never through ``pyplot``, so no display is
+needed and the process's matplotlib backend is left alone.
+
+For hard clusterings whose number of centers changes during the run (FPFC), a center index
+names a cluster of that round only; the same index at another round need not be the same
+cluster.
+
+The modules: :mod:`.load` reads a run directory into a :class:`RunData`; :mod:`.analysis`
+computes the numbers; :mod:`.figures` draws them; :mod:`.markdown` writes report.md and the
+comparison; :mod:`.driver` decides which files go where (:func:`report`) and is the command.
+"""
+
+from .analysis import (MAX_GROUPS, SHARE_BINS, best_center_series, final_weights, first_center, local_means,
+                       mean_kl, mixture_drifts, mixture_groups, run_label, stream_accuracy, true_shares, upload_cycles)
+from .driver import compare_runs, main, report, report_dir, report_run
+from .figures import (COMPARISON_FILES, FIGURE_FILES, plot_center_metric, plot_clusters, plot_comparison,
+                      plot_final_weights, plot_kl_comparison, plot_stream_accuracy, plot_weights_by_group,
+                      save_figure)
+from .load import REQUIRED, STREAM_ALGORITHMS, ReportError, RunData, load_run, lower_is_better
+from .markdown import comparison_markdown, run_markdown
+
+__all__ = [
+    "COMPARISON_FILES", "FIGURE_FILES", "MAX_GROUPS", "REQUIRED", "SHARE_BINS", "STREAM_ALGORITHMS",
+    "ReportError", "RunData", "best_center_series", "compare_runs", "comparison_markdown", "final_weights", "first_center",
+    "load_run", "local_means", "lower_is_better", "main", "mean_kl", "mixture_drifts", "mixture_groups", "plot_center_metric",
+    "plot_clusters", "plot_comparison", "plot_final_weights", "plot_kl_comparison", "plot_stream_accuracy",
+    "plot_weights_by_group", "report", "report_dir", "report_run", "run_label", "run_markdown", "save_figure",
+    "stream_accuracy", "true_shares", "upload_cycles",
+]

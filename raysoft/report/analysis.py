@@ -1,0 +1,140 @@
+"""The numbers behind the figures and tables: true mixtures and their groups, final weights,
+the best center's metric over rounds, a stream's upload-download cycles and its mean KL."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .load import RunData
+
+MAX_GROUPS = 6  # more distinct true mixtures than this: bin by the share of distribution 0
+SHARE_BINS = 5
+
+
+def true_shares(run: RunData) -> pd.DataFrame:
+    """[client x distribution] true mixture shares (each client's latest record)."""
+    c = run.clients
+    if c.empty:
+        return pd.DataFrame()
+    latest = c[c.step == c.groupby("client").step.transform("max")]
+    shares = latest.pivot_table(index="client", columns="distribution", values="share", aggfunc="last")
+    return shares.fillna(0.0).sort_index()
+
+
+def mixture_groups(
+    shares: pd.DataFrame, max_groups: int = MAX_GROUPS, bins: int = SHARE_BINS
+) -> tuple[pd.Series, list[str]]:
+    """Each client's mixture group label (Series indexed by client) and the labels in order.
+
+    Clients are grouped by their share vector rounded to 0.1 and labelled like the paper
+    (``10:90``); when that gives more than ``max_groups`` groups they are binned by their share
+    of the first distribution into ``bins`` equal bins (``share0 0.0-0.2``, ...)."""
+    if shares.empty:
+        return pd.Series(dtype=object), []
+    rounded = shares.round(1)
+    keys = [tuple(row) for row in rounded.to_numpy()]
+    if len(set(keys)) <= max_groups:
+        labels = pd.Series([":".join(f"{round(100 * v):d}" for v in k) for k in keys], index=shares.index)
+        order = [":".join(f"{round(100 * v):d}" for v in k) for k in sorted(set(keys))]
+        return labels, order
+    s0 = shares.iloc[:, 0].to_numpy()
+    idx = np.clip(np.floor(s0 * bins + 1e-9).astype(int), 0, bins - 1)
+    names = [f"share0 {b / bins:.1f}-{(b + 1) / bins:.1f}" for b in range(bins)]
+    labels = pd.Series([names[i] for i in idx], index=shares.index)
+    return labels, [names[b] for b in sorted(set(idx.tolist()))]
+
+
+def final_weights(run: RunData) -> pd.DataFrame:
+    """[client x center] each client's last recorded importance weights."""
+    w = run.weights
+    if w.empty:
+        return pd.DataFrame()
+    last = w.sort_values("step", kind="stable").groupby(["client", "center"]).estimate.last()
+    return last.unstack("center").sort_index()
+
+
+def first_center(run: RunData, centers: Sequence[int]) -> int:
+    """The center matched to distribution 0, else center 0 (else the lowest center index)."""
+    m = run.matching
+    if m and 0 in m and m[0] in centers:
+        return m[0]
+    return 0 if 0 in centers else int(min(centers))
+
+
+def best_center_series(run: RunData) -> pd.DataFrame:
+    """[step x distribution] the best center's headline metric at every evaluation."""
+    c = run.center_scores()
+    if c.empty:
+        return pd.DataFrame()
+    agg = "min" if run.lower_is_better else "max"
+    return c.pivot_table(index="step", columns="eval_dist", values="value", aggfunc=agg).sort_index()
+
+
+def mixture_drifts(run: RunData) -> bool:
+    """Whether some client's recorded true mixture changes over the steps (stream drift)."""
+    c = run.clients
+    if c.empty:
+        return False
+    return bool((c.groupby(["client", "distribution"]).share.nunique() > 1).any())
+
+
+def upload_cycles(run: RunData) -> pd.DataFrame:
+    """One row per upload: client, step, cycle (the client's k-th upload, 1-based, by step) and
+    Cli Bfr (``before``). Empty for runs without ``accuracy_before`` rows."""
+    m = run.metrics
+    b = m[(m.scope == "client") & (m.metric == "accuracy_before")]
+    b = b.sort_values(["entity", "step"], kind="stable")
+    return pd.DataFrame({
+        "client": b.entity.to_numpy(), "step": b.step.to_numpy(),
+        "cycle": b.groupby("entity").cumcount().to_numpy() + 1, "before": b.value.to_numpy(),
+    })
+
+
+def stream_accuracy(run: RunData) -> dict[str, pd.Series]:
+    """Figure 3's curves, each a Series indexed by cycle: ``cli_bfr`` and ``cli_aft`` (mean over
+    the clients that made that cycle's upload; Cli Aft rows are filed under their upload's step),
+    ``clients`` (how many clients made a k-th upload) and ``cluster`` (mean accuracy of the
+    cluster models on their own distribution, at cycle = step / the number of uploading clients).
+    Curves without rows are left out; empty for runs that are not streams."""
+    ups = upload_cycles(run)
+    if ups.empty:
+        return {}
+    out = {"cli_bfr": ups.groupby("cycle").before.mean(), "clients": ups.groupby("cycle").client.nunique()}
+    m = run.metrics
+    after = m[(m.scope == "client") & (m.metric == "accuracy_after")]
+    after = after[["entity", "step", "value"]].rename(columns={"entity": "client"})
+    after = after.merge(ups[["client", "step", "cycle"]], on=["client", "step"], how="inner")
+    if not after.empty:
+        out["cli_aft"] = after.groupby("cycle").value.mean()
+    own = m[(m.scope == "cluster") & (m.metric == "accuracy") & (m.entity == m.eval_dist)]
+    if not own.empty:
+        per_step = own.groupby("step").value.mean()
+        per_step.index = per_step.index.to_numpy() / ups.client.nunique()
+        out["cluster"] = per_step.rename_axis("cycle")
+    return out
+
+
+def mean_kl(run: RunData) -> float | None:
+    """The mean of the client rows named ``kl`` (one per upload); ``None`` without any."""
+    m = run.metrics
+    kl = m[(m.scope == "client") & (m.metric == "kl")].value
+    return float(kl.mean()) if len(kl) else None
+
+
+def local_means(run: RunData) -> tuple[float | None, float | None]:
+    """The local models' mean as the FedSoft paper scores it (w-bar: ``<metric>_best_learner``
+    where the run has it, i.e. FedEM's largest-pi learner, else the headline metric) and, for
+    FedEM, its pi-mixture's mean (else ``None``)."""
+    local = run.summary.get("local_mean") or {}
+    best, mean = local.get(f"{run.metric}_best_learner"), local.get(run.metric)
+    return (best, mean) if best is not None else (mean, None)
+
+
+def run_label(run: RunData, runs: Sequence[RunData]) -> str:
+    """The run's algorithm, with its directory's name when another of ``runs`` has the same."""
+    same = sum(r.algorithm == run.algorithm for r in runs) > 1
+    return f"{run.algorithm} ({run.name})" if same else run.algorithm
+

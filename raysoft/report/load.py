@@ -1,0 +1,134 @@
+"""Reading a run directory: its summary.json and parquet tables as one :class:`RunData`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+REQUIRED = ("summary.json", "metrics.parquet")
+_LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}  # as raysoft.evaluation
+STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # asynchronous streams (raysoft/stream.py)
+_WEIGHT_COLUMNS = ["run_id", "step", "client", "center", "estimate"]
+_CLIENT_COLUMNS = ["run_id", "step", "client", "distribution", "share", "samples"]
+
+
+class ReportError(ValueError):
+    """A path that is not a run directory, or an unusable output directory (one line)."""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run directory's summary and tables (optional tables empty / ``None`` when absent)."""
+
+    path: Path
+    summary: dict[str, Any]
+    metrics: pd.DataFrame
+    weights: pd.DataFrame
+    clients: pd.DataFrame
+    assignments: pd.DataFrame | None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def algorithm(self) -> str:
+        algo = self.summary.get("algorithm")
+        if algo:
+            return str(algo)
+        return str(self.metrics.algorithm.iloc[0]) if len(self.metrics) else "?"
+
+    @property
+    def metric(self) -> str:
+        """The headline metric (``mse`` or ``accuracy``)."""
+        metric = self.summary.get("metric")
+        if metric:
+            return str(metric)
+        names = set(self.metrics.metric)
+        return "mse" if "mse" in names else "accuracy"
+
+    @property
+    def lower_is_better(self) -> bool:
+        return lower_is_better(self.metric)
+
+    @property
+    def is_stream(self) -> bool:
+        """An asynchronous stream run: a stream algorithm, or client rows named ``accuracy_before``."""
+        if self.algorithm in STREAM_ALGORITHMS:
+            return True
+        m = self.metrics
+        return bool(((m.scope == "client") & (m.metric == "accuracy_before")).any())
+
+    @property
+    def summary_matching(self) -> dict[int, int] | None:
+        """Distribution -> center as summary.json has it (by the final scores), if it has one."""
+        m = self.summary.get("matching")
+        return {int(d): int(c) for d, c in m.items()} if m else None
+
+    @property
+    def matching(self) -> dict[int, int] | None:
+        """Distribution -> center: the summary's one-to-one matching; for stream runs the
+        identity over the cluster models (cluster k is distribution k's by construction)."""
+        if self.is_stream:
+            c = self.center_scores()
+            both = set(c.entity.unique()) & set(c.eval_dist.unique())
+            return {int(k): int(k) for k in sorted(both)} or None
+        return self.summary_matching
+
+    def center_scores(self) -> pd.DataFrame:
+        """The cluster rows of the headline metric (step, entity = center, eval_dist, value)."""
+        m = self.metrics
+        return m[(m.scope == "cluster") & (m.metric == self.metric)]
+
+
+def lower_is_better(metric: str) -> bool:
+    return _LOWER_IS_BETTER.get(metric, metric.endswith("mse") or metric.endswith("loss"))
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def load_run(path: str | Path) -> RunData:
+    """Read a run directory; :class:`ReportError` (naming the path and what is missing) if it is
+    not one."""
+    p = Path(path)
+    if not p.is_dir():
+        why = "not a directory" if p.exists() else "no such directory"
+        raise ReportError(f"{path}: not a run directory ({why})")
+    missing = [name for name in REQUIRED if not (p / name).is_file()]
+    if missing:
+        raise ReportError(f"{path}: not a run directory (missing {', '.join(missing)})")
+
+    def table(name: str) -> pd.DataFrame | None:
+        f = p / f"{name}.parquet"
+        if not f.is_file():
+            return None
+        try:
+            return pd.read_parquet(f)
+        except Exception as err:  # noqa: BLE001 - pyarrow raises several kinds
+            raise ReportError(f"{path}: unreadable {f.name} ({_one_line(err)})") from None
+
+    try:
+        summary = json.loads((p / "summary.json").read_text())
+    except (OSError, ValueError) as err:
+        raise ReportError(f"{path}: unreadable summary.json ({_one_line(err)})") from None
+    if not isinstance(summary, dict):
+        raise ReportError(f"{path}: unreadable summary.json (not a JSON object)")
+    metrics = table("metrics")
+    weights = table("weights")
+    clients = table("clients")
+    return RunData(
+        path=p,
+        summary=summary,
+        metrics=metrics,
+        weights=weights if weights is not None else pd.DataFrame(columns=_WEIGHT_COLUMNS),
+        clients=clients if clients is not None else pd.DataFrame(columns=_CLIENT_COLUMNS),
+        assignments=table("assignments"),
+    )
+
