@@ -246,7 +246,7 @@ def plot_kl_comparison(runs: Sequence[RunData]) -> Figure | None:
     ax.set_ylabel("mean KL(true mixture || estimate)")
     ax.set_ylim(0, max(v for _, v in kls) * 1.15 or 1.0)
     ax.grid(alpha=0.3, axis="y")
-    ax.set_title("distribution estimation (papers/ccfl.md Figure 4(b)):\nmean KL over all uploads, lower is better",
+    ax.set_title("distribution estimation (CCFL paper, Figure 4(b)):\nmean KL over all uploads, lower is better",
                  fontsize="medium")
     return fig
 

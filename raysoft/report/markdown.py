@@ -60,7 +60,7 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     lines += [", ".join(facts) + ".", ""]
     if run.is_stream:
         has_bytes = "bytes_down_per_client" in s
-        lines += ["Stream accuracy (papers/ccfl.md Table 1: Cli Bfr = the local model before its upload, Cli Aft "
+        lines += ["Stream accuracy (CCFL paper, Table 1: Cli Bfr = the local model before its upload, Cli Aft "
                   "= the model received for it, both the mean over clients at their final upload-download cycle; "
                   "Cluster = the cluster models on their own distribution, averaged over every evaluation) and the "
                   "mean KL(true mixture || estimate) over the uploads:", "",
@@ -109,12 +109,12 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     if lines[-1] != "":
         lines.append("")
     captions = {
-        "center_metric": f"{metric} of every center on every distribution's holdout set (papers/fedsoft.md Figure 1, top)",
+        "center_metric": f"{metric} of every center on every distribution's holdout set (FedSoft paper, Figure 1, top)",
         "weights_by_group": "importance weights averaged over clients with the same true mixture (Figure 1, bottom)",
         "final_weights": "final weight of every client on the first cluster, with its true share (Figure 2)",
-        "clusters": "predicted cluster of every client, coloured by its true cluster (papers/fpfc.md Table 1's Num, ARI)",
+        "clusters": "predicted cluster of every client, coloured by its true cluster (FPFC paper, Table 1's Num, ARI)",
         "ccfl_accuracy": "mean client accuracy before (Cli Bfr) and after (Cli Aft) every upload-download cycle and the "
-                         "cluster models' accuracy on their own distribution (papers/ccfl.md Figure 3); grey: the "
+                         "cluster models' accuracy on their own distribution (CCFL paper, Figure 3); grey: the "
                          "clients that reached each cycle",
     }
     if figures.get("ccfl_accuracy") is not None:
