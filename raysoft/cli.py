@@ -5,6 +5,7 @@
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
     raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip]
+    raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
 
 ``run`` and ``compare`` call :func:`raysoft.run` and :func:`raysoft.compare.compare`; ``report``
 and ``bench`` call :func:`raysoft.report.main` and :func:`raysoft.bench.main` with the parsed
@@ -80,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the Flower virtual environment (created on first use), or 'skip'")
     # one measurement in a subprocess of raysoft bench: SYSTEM WORKLOAD ROUNDS QUICK(1/0) OUT_JSON [EXPORT]
     b.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
-    for p in (r, c, rp, b):
+    sw = sub.add_parser("sweep", help="a grid of runs (seeds included) as Ray Tune trials")
+    sw.add_argument("sweep", nargs="?", metavar="SWEEP", help="sweep YAML (see jobs/sweep_example.yaml)")
+    sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue an interrupted sweep")
+    sw.add_argument("--out", help="where the sweep directory goes (default: the base config's output.dir)")
+    sw.add_argument("--address", help="Ray address to join")
+    for p in (r, c, rp, b, sw):
         p.set_defaults(subparser=p)
     return parser
 
@@ -129,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
                     entry += ["--out", shlex.quote(args.out)] if args.out else []
                     return submit(args.address, entry)
                 print(run(cfg, out=args.out, address=args.address, progress=args.progress).location)
+        elif args.command == "sweep":
+            from .sweep import sweep
+
+            if args.resume and (args.sweep or args.out):
+                raise ConfigError("--resume takes the sweep directory only")
+            path = sweep(args.sweep, out=args.out, address=args.address, resume=args.resume)
+            print(path)
         elif args.command == "compare":
             from .compare import compare
 

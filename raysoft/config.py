@@ -346,8 +346,9 @@ class RayConfig(Section):
     num_gpus_per_actor: float = Field(0.0, ge=0.0, le=1.0)
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray started by raysoft")
     address: str | None = Field(None, description="join an existing cluster (auto, ray://, http://)")
-    placement: Literal["spread", "pack", "none"] = Field(
-        "spread", description="place client actors with a placement group (SPREAD over nodes, or PACK); none: Ray's default"
+    placement: Literal["spread", "pack", "none", "trial"] = Field(
+        "spread", description="place client actors with a placement group (SPREAD over nodes, or PACK); none: Ray's "
+        "default; trial: in the bundles reserved by the Ray Tune trial that runs the experiment (raysoft sweep)"
     )
     round_deadline_s: float | None = Field(
         None, gt=0.0, description="seconds a client call may take; the updates of later actors are "

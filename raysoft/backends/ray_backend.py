@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from ..config import Config, RayConfig, parse_config
+from ..config import Config, ConfigError, RayConfig, parse_config
 
 # The driver imports neither torch nor the runtime (about 0.5 GB of resident memory): the
 # coordinator and client actors import them in their own processes.
@@ -100,13 +100,19 @@ class ClientActor:
 class RayExecutor:
     """Runs client ops on the client actors (used inside the coordinator actor)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, trial_pg: Any = None) -> None:
         self.cfg_dict = cfg.to_dict()
         self.rc = cfg.ray
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
         self.blocks = plan_actors(cfg.data.clients, self.rc, nodes or ray.cluster_resources())
         self.pg = None
-        if self.rc.placement != "none":  # one bundle per actor, spread over (or packed on) nodes
+        self.first_bundle, self.own_pg = 0, True
+        if self.rc.placement == "trial":  # the bundles after the first of the Tune trial's reservation
+            self.pg, self.first_bundle, self.own_pg = trial_pg, 1, False
+            if len(trial_pg.bundle_specs) < 1 + len(self.blocks):
+                raise RuntimeError(f"ray.placement: trial: the trial reserved {len(trial_pg.bundle_specs) - 1} "
+                                   f"actor bundles for {len(self.blocks)} client actors")
+        elif self.rc.placement != "none":  # one bundle per actor, spread over (or packed on) nodes
             from ray.util.placement_group import placement_group
 
             bundle = {"CPU": self.rc.num_cpus_per_actor}
@@ -125,7 +131,7 @@ class RayExecutor:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=index)
+                placement_group=self.pg, placement_group_bundle_index=self.first_bundle + index)
         return ClientActor.options(**opts).remote(self.cfg_dict, block)
 
     def _gather(self, futures: list) -> list:
@@ -212,11 +218,12 @@ class RayExecutor:
 class CoordinatorActor:
     """Runs the rounds of one experiment over the client actors."""
 
-    def __init__(self, cfg_dict: dict[str, Any], run_id: str, run_dir: str | None, resume: bool) -> None:
+    def __init__(self, cfg_dict: dict[str, Any], run_id: str, run_dir: str | None, resume: bool,
+                 trial_pg: Any = None) -> None:
         from ..runtime import make_coordinator
 
         cfg = parse_config(cfg_dict)
-        self.executor = RayExecutor(cfg)
+        self.executor = RayExecutor(cfg, trial_pg)
         self.coord = make_coordinator(cfg, self.executor, run_id, run_dir=run_dir, resume=resume)
 
     def advance(self) -> dict[str, Any]:
@@ -226,7 +233,7 @@ class CoordinatorActor:
         """Release the client actors and their placement group."""
         for a in self.executor.actors:
             ray.kill(a)
-        if self.executor.pg is not None:
+        if self.executor.pg is not None and self.executor.own_pg:
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(self.executor.pg)
@@ -255,6 +262,14 @@ def connect(rc: RayConfig) -> bool:
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):
     from .drive import drive
 
+    trial_pg = None
+    if cfg.ray.placement == "trial":
+        from ray.util import get_current_placement_group
+
+        trial_pg = get_current_placement_group()
+        if trial_pg is None:
+            raise ConfigError("ray.placement: trial is for runs inside a Ray Tune trial (raysoft sweep); "
+                              "use spread, pack or none")
     started = connect(cfg.ray)
     coord = None
     try:
@@ -263,7 +278,8 @@ def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resum
         # the coordinator lives on the driver's node: it writes checkpoints into the run
         # directory there, and losing a worker node must not take it away
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-        coord = CoordinatorActor.options(scheduling_strategy=here).remote(cfg.to_dict(), run_id, run_dir, resume)
+        coord = CoordinatorActor.options(scheduling_strategy=here).remote(cfg.to_dict(), run_id, run_dir, resume,
+                                                                          trial_pg)
         drive(lambda: ray.get(coord.advance.remote()), on_progress)
         return ray.get(coord.results.remote())
     finally:

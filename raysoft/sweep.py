@@ -1,0 +1,247 @@
+"""``raysoft sweep``: a grid of runs (seeds included) as Ray Tune trials.
+
+A sweep file is YAML::
+
+    config: fedsoft_synthetic.yaml      # the base experiment (a path, relative to this file, or a mapping)
+    set: ["algorithm.rounds=20"]        # fixed overrides (optional)
+    grid:                               # every combination of these values is one trial
+      algorithm.prox_weight: [0.01, 0.1]
+      seed: [0, 1]
+    trial:
+      actors: 1                         # client actors of each trial (default 1)
+      max_concurrent: null              # trials at once (default: as many as the cluster fits)
+
+Every trial's config is validated before Ray starts. Each trial is a Tune trial whose placement
+group reserves one bundle for the trial itself (it drives the run) and one per client actor
+(``ray.num_cpus_per_actor`` / ``num_gpus_per_actor`` each); the run puts its client actors into
+those bundles (``ray.placement: trial``), so trials share a cluster without taking each other's
+resources. The trial's run directory is ``<sweep>/runs/trial-<i>`` (an ordinary run directory);
+``sweep.parquet`` has one row per trial: its index, its grid values, its run directory, every
+scalar of its ``summary.json`` (nested keys joined with ``.``) and the final evaluation's
+cluster metrics (``final.<metric>.c<center>.d<distribution>``). ``raysoft sweep --resume DIR``
+continues an interrupted sweep: finished trials keep their runs, the others run again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import yaml
+from pydantic import Field, ValidationError
+
+from .config import Config, ConfigError, Section, _format_error, apply_overrides, load_raw, parse_config
+
+SPEC = "sweep.yaml"  # the resolved sweep, in the sweep directory
+
+
+class TrialSpec(Section):
+    actors: int = Field(1, ge=1, description="client actors of each trial")
+    max_concurrent: int | None = Field(None, ge=1, description="trials at once; default as many as fit")
+
+
+class SweepSpec(Section):
+    config: str | dict[str, Any] = Field(description="the base experiment: a YAML path or a mapping")
+    set: list[str] = Field(default_factory=list, description="fixed overrides, section.key=value")
+    grid: dict[str, list[Any]] = Field(description="section.key -> values; every combination is a trial")
+    trial: TrialSpec = Field(default_factory=TrialSpec)
+
+
+def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
+    """The sweep file and its base config (raw, with the fixed overrides applied)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"sweep file {str(p)!r} not found")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError:
+        raise ConfigError(f"sweep file {str(p)!r}: invalid YAML") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"sweep file {str(p)!r}: the top level must be a mapping")
+    try:
+        spec = SweepSpec.model_validate(dict(raw))
+    except ValidationError as err:
+        raise ConfigError(f"sweep: {_format_error(err)}") from None
+    if not spec.grid or any(not values for values in spec.grid.values()):
+        raise ConfigError("sweep: grid must give at least one value for every key")
+    if isinstance(spec.config, str):
+        base_path = Path(spec.config)
+        base_path = base_path if base_path.is_absolute() else p.parent / base_path
+        if not base_path.is_file() and Path(spec.config).is_file():  # relative to the working directory
+            base_path = Path(spec.config)
+        base = load_raw(base_path, spec.set)
+    else:
+        base = apply_overrides(spec.config, spec.set)
+    return spec, base
+
+
+def trial_points(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in the grid's key order (the last key fastest)."""
+    keys = list(spec.grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
+
+
+def trial_config(base: Mapping[str, Any], point: Mapping[str, Any], actors: int) -> Config:
+    """A trial's validated config: the base, the grid point, and the Ray settings that keep the
+    trial's client actors inside its reservation."""
+    overrides = [f"{key}={json.dumps(value)}" for key, value in point.items()]
+    try:
+        cfg = parse_config(apply_overrides(base, overrides))
+    except ConfigError as err:
+        where = ", ".join(f"{k}={v!r}" for k, v in point.items())
+        raise ConfigError(f"sweep trial {where}: {err}") from None
+    per_actor = math.ceil(cfg.data.clients / actors)
+    ray = cfg.ray.model_copy(update={"backend": "ray", "placement": "trial", "clients_per_actor": per_actor})
+    out = cfg.output.model_copy(update={"progress": "none", "checkpoint_every": 0})
+    return cfg.model_copy(update={"ray": ray, "output": out})
+
+
+def bundles(cfg: Config, actors: int) -> list[dict[str, float]]:
+    """A trial's reservation: the trial itself, then one bundle per client actor."""
+    actor: dict[str, float] = {"CPU": cfg.ray.num_cpus_per_actor}
+    if cfg.ray.num_gpus_per_actor:
+        actor["GPU"] = cfg.ray.num_gpus_per_actor
+    return [{"CPU": 1.0}] + [dict(actor) for _ in range(actors)]
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            out[key] = v
+    return out
+
+
+def final_metrics(run_dir: Path) -> dict[str, float]:
+    """The last evaluation's cluster metrics of a run: final.<metric>.c<center>.d<distribution>."""
+    m = pd.read_parquet(run_dir / "metrics.parquet")
+    m = m[m.scope == "cluster"]
+    if m.empty:
+        return {}
+    last = m[m.step == m.step.max()]
+    return {f"final.{r.metric}.c{int(r.entity)}.d{int(r.eval_dist)}": float(r.value) for r in last.itertuples()}
+
+
+def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: str) -> None:
+    """A Tune trainable: run trial ``params['index']`` (or reuse its finished run) and report."""
+    from ray import tune
+
+    from .api import run
+
+    index = int(params["index"])
+    name = f"trial-{index:03d}"
+    final = Path(runs) / name
+    if not (final / "summary.json").is_file():
+        if final.exists():  # an unfinished run of an interrupted sweep
+            shutil.rmtree(final)
+        run(parse_config(cfg_dicts[index]), out=runs, dir_name=name)
+    summary = json.loads((final / "summary.json").read_text())
+    tune.report({"index": index, **_flatten(summary), **final_metrics(final)})
+
+
+def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, address: str | None = None,
+          resume: str | Path | None = None) -> Path:
+    """Run the sweep in ``spec_path`` (or continue the one in ``resume``); return its directory."""
+    if resume is not None:
+        sweep_dir = Path(resume).absolute()
+        if not (sweep_dir / SPEC).is_file():
+            raise ConfigError(f"--resume: {str(sweep_dir)!r} is not a sweep directory (no {SPEC})")
+        if (sweep_dir / "sweep.parquet").is_file():
+            raise ConfigError(f"--resume: {str(sweep_dir)!r} is already complete")
+        spec, base = load_spec(sweep_dir / SPEC)
+    else:
+        if spec_path is None:
+            raise ConfigError("sweep: give a SWEEP file (or --resume DIR)")
+        spec, base = load_spec(spec_path)
+    points = trial_points(spec)
+    actors = spec.trial.actors
+    cfgs = [trial_config(base, point, actors) for point in points]  # every trial checked before Ray starts
+    if resume is None:
+        from .api import _prepare_out
+
+        root = _prepare_out(str(out or cfgs[0].output.dir))
+        stamp = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        sweep_dir = (root / stamp).absolute()
+        sweep_dir.mkdir()
+        resolved = {"config": base, "grid": spec.grid, "trial": spec.trial.model_dump()}
+        (sweep_dir / SPEC).write_text(yaml.safe_dump(resolved, sort_keys=False))
+    runs = sweep_dir / "runs"
+    runs.mkdir(exist_ok=True)
+    table = _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
+                  address or cfgs[0].ray.address, resume is not None)
+    rows = []
+    for i, point in enumerate(points):
+        found = table.get(i, {})
+        rows.append({"trial": i, **{f"grid.{k}": _cell(v) for k, v in point.items()},
+                     "run_dir": str(runs / f"trial-{i:03d}"), **{k: v for k, v in found.items() if k != "index"}})
+    df = pd.DataFrame(rows)
+    tmp = sweep_dir / ".sweep.parquet.tmp"
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, sweep_dir / "sweep.parquet")
+    return sweep_dir
+
+
+def _cell(value: Any) -> Any:
+    """A grid value as a Parquet cell (lists and mappings as their JSON text)."""
+    return json.dumps(value) if isinstance(value, (list, dict)) else value
+
+
+def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
+          runs: Path, address: str | None, resuming: bool) -> dict[int, dict[str, Any]]:
+    """Run the trials on Ray Tune; return each finished trial's reported row by index."""
+    import ray
+    from ray import tune
+
+    from .backends.ray_backend import connect
+
+    started = connect(cfgs[0].ray.model_copy(update={"address": address}))
+    try:
+        trainable = tune.with_resources(
+            tune.with_parameters(_run_trial, cfg_dicts=[c.to_dict() for c in cfgs], runs=str(runs)),
+            resources=tune.PlacementGroupFactory(reservation),
+        )
+        storage = str(sweep_dir / "tune")
+        if resuming and tune.Tuner.can_restore(os.path.join(storage, "trials")):
+            tuner = tune.Tuner.restore(os.path.join(storage, "trials"), trainable, resume_errored=True)
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"index": tune.grid_search(list(range(len(cfgs))))},
+                tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent),
+                run_config=tune.RunConfig(name="trials", storage_path=storage, verbose=0),
+            )
+        grid = tuner.fit()
+        out: dict[int, dict[str, Any]] = {}
+        for result in grid:
+            if result.error is None and result.metrics and "index" in result.metrics:
+                out[int(result.metrics["index"])] = {k: v for k, v in result.metrics.items()
+                                                     if k == "index" or not _tune_key(k)}
+        failed = [i for i in range(len(cfgs)) if i not in out]
+        if failed:
+            raise RuntimeError(f"sweep: trial {failed[0]} failed ({len(failed)} of {len(cfgs)}); "
+                               f"`raysoft sweep --resume {sweep_dir}` runs the unfinished trials again")
+        return out
+    finally:
+        if started:
+            ray.shutdown()
+
+
+_TUNE_KEYS = {"timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date", "time_this_iter_s",
+              "time_total_s", "pid", "hostname", "node_ip", "time_since_restore", "iterations_since_restore",
+              "config", "experiment_tag"}
+
+
+def _tune_key(key: str) -> bool:
+    """A column Tune adds to every report (not raysoft's)."""
+    return key in _TUNE_KEYS or key.startswith("config/")

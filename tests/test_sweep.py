@@ -1,0 +1,83 @@
+"""raysoft sweep: a grid of tiny runs as Ray Tune trials, their table, resuming, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+import raysoft
+from raysoft.config import ConfigError
+from raysoft.sweep import bundles, load_spec, sweep, trial_config, trial_points
+
+from conftest import small_config
+
+BASE = small_config(algorithm={"rounds": 2, "eval_every": 1}, data={"clients": 4}, train={"local_epochs": 1})
+BASE["algorithm"]["clients_per_round"] = 2
+
+
+def write_sweep(tmp_path, **extra) -> str:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    spec = {"config": "base.yaml", "grid": {"algorithm.prox_weight": [0.1, 1.0], "seed": [0, 1]}, **extra}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_the_grid_and_each_trial_config(tmp_path):
+    spec, base = load_spec(write_sweep(tmp_path, trial={"actors": 2}))
+    points = trial_points(spec)
+    assert points == [{"algorithm.prox_weight": 0.1, "seed": 0}, {"algorithm.prox_weight": 0.1, "seed": 1},
+                      {"algorithm.prox_weight": 1.0, "seed": 0}, {"algorithm.prox_weight": 1.0, "seed": 1}]
+    cfg = trial_config(base, points[3], actors=2)
+    assert (cfg.seed, cfg.algorithm.prox_weight) == (1, 1.0)
+    assert (cfg.ray.backend, cfg.ray.placement, cfg.ray.clients_per_actor) == ("ray", "trial", 2)
+    assert bundles(cfg, 2) == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"config": "base.yaml", "grid": {"algorithm.prox_weight": [-1.0]}}, "algorithm.prox_weight"),
+    ({"config": "base.yaml", "grid": {"seed": []}}, "grid must give at least one value"),
+    ({"config": "base.yaml", "grid": {"seed": [0]}, "bogus": 1}, "bogus: unknown key"),
+    ({"config": "missing.yaml", "grid": {"seed": [0]}}, "not found"),
+])
+def test_bad_sweeps_are_refused_before_ray_starts(tmp_path, spec, message):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match=message):
+        sweep(tmp_path / "s.yaml", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_run_outside_a_trial_cannot_ask_for_the_trials_bundles(tmp_path):
+    cfg = small_config(ray={"backend": "ray", "placement": "trial"})
+    with pytest.raises(ConfigError, match="ray.placement: trial"):
+        raysoft.run(cfg, out=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_two_by_two_sweep_runs_four_trials_and_writes_its_table(tmp_path, ray_session):
+    path = sweep(write_sweep(tmp_path), out=tmp_path / "out")
+    table = pd.read_parquet(path / "sweep.parquet")
+    assert list(table.trial) == [0, 1, 2, 3]
+    assert list(table["grid.seed"]) == [0, 1, 0, 1]
+    assert list(table["grid.algorithm.prox_weight"]) == [0.1, 0.1, 1.0, 1.0]
+    assert table["rounds"].tolist() == [2, 2, 2, 2]
+    assert any(c.startswith("final.mse.c0.d") for c in table.columns)
+    for row in table.itertuples():
+        summary = json.loads((path / "runs" / f"trial-{row.trial:03d}" / "summary.json").read_text())
+        assert summary["weight_mae"] == pytest.approx(row.weight_mae)
+    # a trial is the same run as a plain one with the same config: the seed decides, not the sweep
+    alone = raysoft.run(small_config(**{**BASE, "seed": 1, "algorithm": {**BASE["algorithm"], "prox_weight": 1.0}}),
+                        out=tmp_path / "alone")
+    assert alone.summary["weight_mae"] == pytest.approx(table.weight_mae[3], rel=0, abs=0)
+    # a finished sweep is not resumed; a sweep without its table is, reusing the finished runs
+    with pytest.raises(ConfigError, match="already complete"):
+        sweep(resume=path)
+    (path / "sweep.parquet").unlink()
+    before = (path / "runs" / "trial-002" / "summary.json").stat().st_mtime_ns
+    sweep(resume=path)
+    assert (path / "runs" / "trial-002" / "summary.json").stat().st_mtime_ns == before
+    assert pd.read_parquet(path / "sweep.parquet").equals(table)
