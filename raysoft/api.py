@@ -180,7 +180,7 @@ def _filesystem(uri: str):
 
 
 def _execute(cfg: Config, run_id: str, work: Path, progress: str | None, resume: bool) -> dict[str, Any]:
-    bar = Progress(cfg.algorithm.rounds, progress or cfg.output.progress)
+    bar = Progress(cfg.algorithm.rounds, progress or cfg.output.progress, label=cfg.algorithm.name)
     tables, summary = run_backend(cfg, run_id, bar, run_dir=str(work), resume=resume)
     write_run(work, cfg.to_dict(), tables, summary)
     return summary

@@ -1,4 +1,7 @@
-"""Round progress on stderr: a bar with ETA on a terminal, plain lines otherwise."""
+"""Round progress on stderr: a bar with ETA on a terminal, plain lines otherwise.
+
+The ETA is measured from the first report (the initial evaluation, which comes after Ray's and
+the actors' start-up), so start-up time does not inflate it; every line names the algorithm."""
 
 from __future__ import annotations
 
@@ -19,14 +22,24 @@ def _fmt_headline(head: dict[str, float] | None) -> str:
 class Progress:
     """Call with each progress dict ({"round": r, "headline": {...} or None})."""
 
-    def __init__(self, total: int, mode: str = "auto", stream: TextIO | None = None) -> None:
+    def __init__(self, total: int, mode: str = "auto", stream: TextIO | None = None, label: str = "") -> None:
         self.total = total
+        self.label = f"{label} " if label else ""
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "lines"
         self.mode = mode
         self.start = time.monotonic()
+        self.first: tuple[float, int] | None = None  # (time, round) of the first report
         self.head = ""
+
+    def eta(self, r: int) -> float:
+        """Seconds left, from the pace since the first report."""
+        now = time.monotonic()
+        if self.first is None:
+            self.first = (now, r)
+        t0, r0 = self.first
+        return (now - t0) / (r - r0) * (self.total - r) if r > r0 else 0.0
 
     def __call__(self, info: dict[str, Any]) -> None:
         r = info["round"]
@@ -35,15 +48,16 @@ class Progress:
         if self.mode == "none":
             return
         elapsed = time.monotonic() - self.start
-        eta = elapsed / r * (self.total - r) if r else 0.0
+        eta = self.eta(r)
         if self.mode == "bar":
             width = 30
             filled = int(width * r / max(self.total, 1))
-            line = f"\r[{'#' * filled}{'.' * (width - filled)}] {r}/{self.total} ETA {_fmt_time(eta)}  {self.head}"
+            line = f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] {r}/{self.total} ETA {_fmt_time(eta)}  {self.head}"
             self.stream.write(line[:200].ljust(80))
             if r == self.total:
                 self.stream.write("\n")
             self.stream.flush()
         elif info.get("headline") is not None:
-            self.stream.write(f"round {r}/{self.total}  elapsed {_fmt_time(elapsed)}  ETA {_fmt_time(eta)}  {self.head}\n")
+            self.stream.write(f"{self.label}round {r}/{self.total}  elapsed {_fmt_time(elapsed)}  ETA {_fmt_time(eta)}  "
+                              f"{self.head}\n")
             self.stream.flush()
