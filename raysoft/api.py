@@ -96,8 +96,22 @@ def check_data(cfg: Config) -> Config:
     return cfg
 
 
+def in_ray_job() -> bool:
+    """This process is the entrypoint of a Ray Job (its working directory is temporary)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+def check_output_survives(out_dir: str, job: bool) -> None:
+    """A run submitted as a Ray Job writes from the job's unpacked working directory, which Ray
+    deletes: a relative ``output.dir`` would lose the results, so it is refused."""
+    if job and not is_uri(out_dir) and not Path(out_dir).is_absolute():
+        raise ConfigError(f"output.dir: {out_dir!r} is relative, and a Ray Job's working directory is temporary; "
+                          "give an absolute path on storage the cluster's nodes share (--out /shared/runs) "
+                          "or a pyarrow.fs URI (--out s3://bucket/runs)")
+
+
 def _prepare_out(path: str) -> Path:
-    out = Path(path)
+    out = Path(path).absolute()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -127,6 +141,7 @@ def run(
     directory (default: the run id).
     """
     cfg = check_data(_with_overrides(_coerce(config), out, address))
+    check_output_survives(cfg.output.dir, in_ray_job())
     uri = cfg.output.dir if is_uri(cfg.output.dir) else None
     if uri is not None:  # run into a local staging folder, then publish with pyarrow.fs
         fs, base = _filesystem(uri)

@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                     raise ConfigError("run: give a CONFIG file (or --resume RUN_DIR)")
                 cfg = load_config(args.config, args.overrides)  # validate here, before submitting
                 if args.address and args.address.startswith(("http://", "https://")):
+                    from .api import check_output_survives
                     from .submit import submit  # a Jobs API address: run as a Ray Job there
+
+                    check_output_survives(args.out or cfg.output.dir, job=True)
 
                     import shlex
 

@@ -238,3 +238,26 @@ print(sum(same))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={k: v for k, v in os.environ.items() if k != "MKL_CBWR"})
     assert out.stdout.split()[-1] == "15"
+
+
+def test_a_relative_output_dir_is_refused_inside_a_ray_job(tmp_path, monkeypatch, capsys):
+    """A Ray Job runs in a working directory Ray deletes: results there would be lost."""
+    from raysoft.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    with pytest.raises(raysoft.ConfigError, match="relative, and a Ray Job's working directory is temporary"):
+        raysoft.run(small_config(), out="runs")
+    assert not (tmp_path / "runs").exists()
+    assert raysoft.run(small_config(), out=tmp_path / "abs").run_dir.parent == tmp_path / "abs"
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    # submitting with a relative --out is refused before anything is sent
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(small_config()))
+    assert main(["run", "c.yaml", "--out", "runs", "--address", "http://127.0.0.1:1"]) == 2
+    assert "give an absolute path on storage the cluster's nodes share" in capsys.readouterr().err
+
+
+def test_the_printed_run_directory_is_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = raysoft.run(small_config(), out="runs")
+    assert run.run_dir.is_absolute() and run.location == str(tmp_path / "runs" / run.run_dir.name)
