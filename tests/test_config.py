@@ -132,5 +132,10 @@ def test_every_shipped_job_validates(path):
 
     if path.name.startswith("compare_"):
         assert len(algorithm_configs(load_raw(path), list(DEFAULT_ALGORITHMS))) == 5
+    elif path.name.startswith("sweep_"):  # a sweep: every trial's config validates
+        from raysoft.sweep import load_spec, trial_config, trial_points
+
+        spec, base = load_spec(path)
+        assert all(trial_config(base, point, spec.trial.actors) for point in trial_points(spec))
     else:
         load_config(path)
