@@ -6,9 +6,12 @@
 #   RAY_ADDRESS=127.0.0.1:6390 raysoft run jobs/fedsoft_synthetic.yaml   (or --address 127.0.0.1:6390)
 #   python jobs/submit.py --address http://127.0.0.1:8265 -- raysoft run jobs/fedsoft_synthetic.yaml
 #
-# Checked: tests/test_multinode.py starts clusters with this script on this machine, runs Ray Jobs
-# on them, and checks that `stop` ends every process of its cluster (by the PIDs and listening
-# ports seen at start) and none of another cluster's.
+# Checked here (tests/test_multinode.py, Linux): clusters started with this script run raysoft as a
+# driver and as Ray Jobs; `stop` ends every process of its cluster (by the PIDs and the listening
+# ports seen at start) and none of another cluster's; the dashboard listens on 127.0.0.1 only and
+# the Ray Client server not at all. Not checked here: systems other than Linux (the script reads
+# session ids with procps' ps; macOS also needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 for Ray's
+# multi-node mode).
 #
 # What listens where. The dashboard (and its Jobs API) binds 127.0.0.1 only. Ray 2.60 gives a node
 # started with `ray start` the machine's external address even when told --node-ip-address=127.0.0.1
