@@ -118,7 +118,7 @@ case "${1:-}" in
       fi
       ensure_token
       # run the rest in a session of its own: every process of the cluster inherits it
-      exec setsid --wait env _RAYSOFT_LOCAL_SESSION=1 "$0" "$@"
+      exec setsid --wait env _RAYSOFT_LOCAL_SESSION=1 bash "$0" "$@"
     fi
     sid="$(ps -o sid= -p $$ | tr -d ' ')"
     echo "$sid" > "$SID_FILE"
@@ -128,7 +128,7 @@ case "${1:-}" in
       --ray-client-server-port="$CLIENT_PORT" --dashboard-agent-listen-port="$AGENT_PORT" \
       --temp-dir="$TMP" --disable-usage-stats >/dev/null
     if [ "${RAYSOFT_RAY_CLIENT:-0}" != 1 ]; then
-      client="$(cluster_pids "$sid" | xargs -r ps -o pid= -o args= -p | awk '/ray[.]util[.]client[.]server/ {print $1}')"
+      client="$( (cluster_pids "$sid" | xargs -r ps -o pid= -o args= -p || true) | awk '/ray[.]util[.]client[.]server/ {print $1}')"
       if [ -n "$client" ]; then
         # shellcheck disable=SC2086
         kill -TERM $client
