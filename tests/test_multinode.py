@@ -125,15 +125,15 @@ def test_a_worker_node_removed_mid_run_is_survived(tmp_path):
 def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
     # Ray's socket paths must stay short (Unix sockets: 107 bytes): a short temp dir, not tmp_path
     ray_tmp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
-    env = {**os.environ, "RAYSOFT_HEAD_PORT": "6412", "RAYSOFT_RAY_TMP": ray_tmp,
-           "RAYSOFT_AGENT_PORT": "52480", "RAY_AUTH_MODE": "token"}
+    env = {**os.environ, "RAYSOFT_HEAD_PORT": "6412", "RAYSOFT_RAY_TMP": ray_tmp, "RAYSOFT_AGENT_PORT": "52480",
+           "RAYSOFT_DASHBOARD_PORT": "8312", "RAYSOFT_CLIENT_PORT": "6413", "RAY_AUTH_MODE": "token"}
     script = str(ROOT / "cluster_configs" / "local.sh")
     subprocess.run([script, "start", "1", "1"], env=env, check=True, timeout=180, capture_output=True)
     try:
         out = tmp_path / "runs"
         for attempt in range(10):  # the job agent needs a moment after start
             proc = subprocess.run(
-                [sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://127.0.0.1:8265", "--",
+                [sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://127.0.0.1:8312", "--",
                  "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--set", "algorithm.rounds=2", "--set",
                  "data.clients=12", "--set", "algorithm.clients_per_round=6", "--out", str(out), "--progress", "none"],
                 env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -147,7 +147,7 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         # the same through the CLI: an http:// address submits a Ray Job
         out2 = tmp_path / "runs2"
         proc = subprocess.run(
-            [sys.executable, "-m", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--address", "http://127.0.0.1:8265",
+            [sys.executable, "-m", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--address", "http://127.0.0.1:8312",
              "--set", "algorithm.rounds=1", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4",
              "--out", str(out2)], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -156,3 +156,155 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
     finally:
         subprocess.run([script, "stop"], env=env, timeout=60, capture_output=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# --- cluster_configs/local.sh stop: exactly its own cluster ---------------------------------------
+
+def _proc_stat(pid):
+    """(ppid, state) of a process from /proc, or None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0]
+
+
+def _live(pid):
+    st = _proc_stat(pid)
+    return st is not None and st[1] != "Z"
+
+
+def _listeners():
+    """(pid, ip, port) of every listening TCP socket on the machine, from /proc."""
+    import ipaddress
+    sockets = {}
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] != "0A":  # LISTEN
+                continue
+            hexip, hexport = f[1].split(":")
+            raw = bytes.fromhex(hexip)
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ip = ipaddress.ip_address(raw)
+            if v6 and ip.ipv4_mapped:
+                ip = ip.ipv4_mapped
+            sockets[f[9]] = (str(ip), int(hexport, 16))
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in sockets:
+                out.append((int(proc.name), *sockets[target[8:-1]]))
+    return out
+
+
+def _cluster(head_port):
+    """A local.sh cluster as seen from outside the script: the session of the process that
+    listens on its head port, every live process of that session and their descendants, and the
+    sockets they listen on."""
+    (head,) = {pid for pid, _, port in _listeners() if port == head_port}
+    sid = os.getsid(head)
+    procs = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and (st := _proc_stat(int(proc.name))) and st[1] != "Z":
+            procs[int(proc.name)] = st[0]
+    keep = set()
+    for pid in procs:
+        try:
+            if os.getsid(pid) == sid:
+                keep.add(pid)
+        except OSError:
+            pass
+    grown = True
+    while grown:
+        new = {pid for pid, ppid in procs.items() if ppid in keep} - keep
+        keep |= new
+        grown = bool(new)
+    listening = {(ip, port) for pid, ip, port in _listeners() if pid in keep}
+    return sid, keep, listening
+
+
+def _cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_local_sh_stop_ends_its_cluster_and_nothing_else(tmp_path):
+    """local.sh stop ends every process of its cluster -- the agents, the job entrypoints (which
+    open sessions of their own) included -- and frees its ports; a second cluster whose temp dir
+    has the first's as a prefix (which `pkill -f <temp dir>` would have hit) lives on."""
+    script = str(ROOT / "cluster_configs" / "local.sh")
+    tmp_a = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
+    tmp_b = tmp_a + "-b"  # the first's path is a prefix of the second's
+    ports_a = {"RAYSOFT_HEAD_PORT": "6431", "RAYSOFT_DASHBOARD_PORT": "8331", "RAYSOFT_CLIENT_PORT": "6432",
+               "RAYSOFT_AGENT_PORT": "52431"}
+    ports_b = {"RAYSOFT_HEAD_PORT": "6441", "RAYSOFT_DASHBOARD_PORT": "8341", "RAYSOFT_CLIENT_PORT": "6442",
+               "RAYSOFT_AGENT_PORT": "52441"}
+    env_a = {**os.environ, **ports_a, "RAYSOFT_RAY_TMP": tmp_a, "RAY_AUTH_MODE": "token"}
+    env_b = {**os.environ, **ports_b, "RAYSOFT_RAY_TMP": tmp_b, "RAY_AUTH_MODE": "token"}
+    try:
+        subprocess.run([script, "start", "1", "1"], env=env_a, check=True, timeout=300, capture_output=True)
+        subprocess.run([script, "start", "0", "1"], env=env_b, check=True, timeout=300, capture_output=True)
+        again = subprocess.run([script, "start", "1", "1"], env=env_a, timeout=60, capture_output=True, text=True)
+        assert again.returncode == 1 and "already running" in again.stderr
+
+        # a job whose entrypoint sleeps: Ray runs it in a session of its own
+        marker = f"rs-stop-test-{os.getpid()}"
+        subprocess.run([str(ROOT / ".venv" / "bin" / "ray"), "job", "submit", "--no-wait", "--address",
+                        "http://127.0.0.1:8331", "--", "python", "-c", "import time; time.sleep(600)", marker],
+                       env=env_a, check=True, timeout=120, capture_output=True)
+        deadline = time.time() + 120
+        while True:
+            sleepers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p.name)]
+            if sleepers or time.time() > deadline:
+                break
+            time.sleep(1)
+        assert sleepers, "the job's entrypoint did not start"
+
+        sid_a, pids_a, listening_a = _cluster(6431)
+        sid_b, pids_b, listening_b = _cluster(6441)
+        assert sid_a != sid_b and not pids_a & pids_b
+        assert set(sleepers) <= pids_a and all(os.getsid(p) != sid_a for p in sleepers)
+        # what local.sh recorded at start is this cluster
+        assert (Path(tmp_a) / "local-cluster.sid").read_text().strip() == str(sid_a)
+        recorded = {int(x) for x in (Path(tmp_a) / "local-cluster.pids").read_text().split()}
+        assert len(recorded) > 5 and recorded - pids_a == {p for p in recorded if not _live(p)}
+        # the dashboard on 127.0.0.1 only; no Ray Client server
+        assert {ip for ip, port in listening_a if port == 8331} == {"127.0.0.1"}
+        assert not [x for x in _listeners() if x[2] == 6432]
+        assert {ip for ip, port in listening_a if port in (52431, 52432)} >= {"127.0.0.1"}
+
+        stop = subprocess.run([script, "stop"], env=env_a, timeout=120, capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stderr
+        survivors = sorted(p for p in pids_a | recorded if _live(p))
+        assert not survivors, [(p, _cmdline(p)[:120]) for p in survivors]
+        still = [x for x in _listeners() if (x[1], x[2]) in listening_a or x[2] in (6431, 8331, 6432, 52431, 52432)]
+        assert not still, still
+        assert not (Path(tmp_a) / "local-cluster.sid").exists()
+        # the other cluster: untouched
+        assert all(_live(p) for p in pids_b)
+        assert {(ip, port) for pid, ip, port in _listeners() if pid in pids_b} == listening_b
+        assert subprocess.run([script, "stop"], env=env_a, timeout=60, capture_output=True).returncode == 0  # again: no-op
+    finally:
+        for env in (env_a, env_b):
+            subprocess.run([script, "stop"], env=env, timeout=120, capture_output=True)
+        for d in (tmp_a, tmp_b):
+            shutil.rmtree(d, ignore_errors=True)
+    assert not [p for p in pids_b if _live(p)]
