@@ -25,9 +25,8 @@ def per_sample_loss(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tens
     return F.cross_entropy(out, y, reduction="none")
 
 
-EVAL_CHUNK = 128  # samples per forward pass when scoring: on one CPU thread the CNN scored 4
-#   models on 1250 images 1.6x faster in chunks of 128 than in one batch (and 64 or 256 did no
-#   better), and it bounds the activations held at once
+EVAL_CHUNK = 128  # samples per forward pass when scoring: chunks keep the activations held at once
+#   small, and scored faster than one huge batch on a CPU (docs/performance.md)
 
 
 @torch.no_grad()
