@@ -75,18 +75,19 @@ def _replace(cfg: Config, section: str, **values: Any) -> Config:
 
 
 def check_data(cfg: Config) -> Config:
-    """Fail before anything starts if the dataset's files are missing or the model does not fit
-    the data; pin the resolved data folder into the config so that workers on other nodes do
+    """Fail before anything starts if the dataset's files are missing or not in their format, or
+    the model does not fit the data; pin the resolved data folder into the config so that workers on other nodes do
     not depend on this environment. Imports neither torch nor torchvision (the driver of a Ray
     run then never does)."""
-    from .datafiles import IMAGE_DATASETS, MissingDataError, check_files, data_kind, default_root, model_misfit
+    from .datafiles import (IMAGE_DATASETS, DataFileError, MissingDataError, data_kind, default_root, model_misfit,
+                            verify_files)
 
     root = None
     if cfg.data.name in IMAGE_DATASETS:
         try:
             root = default_root(cfg.data.name, cfg.data.root)
-            check_files(cfg.data.name, root)
-        except MissingDataError as err:
+            verify_files(cfg.data.name, root)
+        except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
     why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
     if why is not None:
