@@ -61,10 +61,10 @@ def plain_error(err: BaseException) -> BaseException | None:
     return None
 
 
-def _get(ref: Any, timeout: float | None = None) -> Any:
+def _get(ref: Any) -> Any:
     """``ray.get`` whose user-facing errors arrive as one line (not as a Ray traceback)."""
     try:
-        return ray.get(ref, timeout=timeout)
+        return ray.get(ref)
     except ray.exceptions.RayTaskError as err:
         plain = plain_error(err)
         if plain is None:
@@ -91,8 +91,12 @@ def joined_cluster() -> Cluster:
     """The nodes of the Ray this process is connected to. It may grow unless this process
     started it (a local Ray): an autoscaler may add nodes to any other."""
     nodes = tuple(n["Resources"] for n in ray.nodes() if n.get("Alive")) or (ray.cluster_resources(),)
-    here = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
-    local = bool(getattr(here, "ray_init_cluster", False))
+    try:  # the node ray.init started in this process, if it did (a private attribute)
+        from ray._private import worker
+
+        local = bool(getattr(worker._global_node, "ray_init_cluster", False))
+    except Exception:  # noqa: BLE001 - without it, assume the cluster may grow (and wait, bounded)
+        local = False
     return Cluster(nodes, can_grow=not local, name="the local Ray" if local else "the cluster")
 
 
