@@ -211,6 +211,7 @@ def test_a_file_a_loader_finds_bad_is_the_same_one_line_error_in_process(tmp_pat
     assert not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_file_a_loader_finds_bad_inside_an_actor_is_one_line_not_a_ray_traceback(ray_session, tmp_path,
                                                                                     monkeypatch):

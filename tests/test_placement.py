@@ -153,6 +153,7 @@ def test_impossible_ray_requests_are_refused_before_ray_starts(tmp_path, overrid
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_plan_the_running_ray_cannot_hold_is_refused_before_anything_is_written(ray_session, tmp_path):
     cfg = small_config(data={"clients": 12}, ray={"backend": "ray", "clients_per_actor": 1})
@@ -161,6 +162,7 @@ def test_a_plan_the_running_ray_cannot_hold_is_refused_before_anything_is_writte
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_cluster_that_may_grow_is_waited_for_with_a_deadline(ray_session, tmp_path, monkeypatch):
     # as if an autoscaler could add nodes: the plan waits for its placement group, at most

@@ -257,6 +257,7 @@ def _wait_for(proc, ready, what):
     raise AssertionError(f"the run ended before {what}: {proc.communicate()[1][-2000:]}")
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_run_and_removes_its_partial_directory(tmp_path):
     proc, out = _start(tmp_path, _cfg(algorithm={"rounds": 100000, "eval_every": 1000}))
     _wait_for(proc, lambda: out.exists() and any(out.glob(".*.partial/config.yaml")), "it started")
@@ -269,6 +270,7 @@ def test_sigterm_stops_a_run_and_removes_its_partial_directory(tmp_path):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_a_checkpointed_run_resumable(tmp_path):
     cfg = _cfg(algorithm={"rounds": 30, "eval_every": 5}, data={"clients": 10, "samples_max": 150},
                train={"local_epochs": 10}, output={"checkpoint_every": 1})
@@ -289,7 +291,8 @@ def test_sigterm_keeps_a_checkpointed_run_resumable(tmp_path):
 
 
 # --------------------------------------------------------------------------- checkpoints are data
-from test_digests import EXPECTED, STREAMS, SYNC, digest, stream_config  # noqa: E402
+from conftest import stream_config  # noqa: E402
+from test_digests import EXPECTED, STREAMS, SYNC, digest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -332,6 +335,7 @@ class _Payload:
         return (os.mkdir, (str(self.marker),))
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path):
     r = raysoft.run(_cfg(output={"checkpoint_every": 3}), out=tmp_path / "out")
     (r.run_dir / "summary.json").unlink()
