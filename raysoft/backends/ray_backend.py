@@ -342,16 +342,18 @@ class CoordinatorActor:
 
 
 def connect(rc: RayConfig) -> bool:
-    """Join or start Ray; True if this call started (and so must stop) it. A run's SIGTERM
-    handler survives ``ray.init`` (which installs its own)."""
+    """Join the cluster of ``ray.address`` (or RAY_ADDRESS), else start a local Ray of its own
+    (the one :func:`local_cluster` describes); True if this call started (and so must stop) it.
+    A run's SIGTERM handler survives ``ray.init`` (which installs its own)."""
     if ray.is_initialized():
         return False
     address = rc.address or os.environ.get("RAY_ADDRESS")
     with keep_sigterm_handler():
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        else:
+        else:  # a new local Ray, even if another one runs on this machine (Ray would join it)
             ray.init(
+                address="local",
                 num_cpus=rc.num_cpus,
                 include_dashboard=False,
                 log_to_driver=False,
