@@ -126,6 +126,21 @@ def test_any_request_on_any_cluster_is_planned_or_refused_in_one_line(request):
 
 
 # --------------------------------------------------------------------------- before Ray starts
+def test_a_local_rays_resources_are_known_before_it_starts(monkeypatch):
+    from raysoft.backends.ray_backend import local_cluster
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    cluster = local_cluster(RayConfig(num_cpus=3))
+    assert cluster.nodes == ({"CPU": 3.0, "GPU": 0.0},) and not cluster.can_grow
+
+    def unavailable(*a, **k):
+        raise RuntimeError("no such private API")
+
+    monkeypatch.setattr("ray._private.resource_and_label_spec.ResourceAndLabelSpec.resolve", unavailable)
+    assert local_cluster(RayConfig(num_cpus=3)).nodes == ({"CPU": 3.0},)
+    assert local_cluster(RayConfig(num_gpus_per_actor=0.5)) is None  # checked once Ray runs
+
+
 def _cli(tmp_path, *overrides, clients=12):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(small_config(data={"clients": clients}, ray={"backend": "ray", "num_cpus": 2})))

@@ -76,14 +76,18 @@ def _get(ref: Any) -> Any:
 def local_cluster(rc: RayConfig) -> Cluster | None:
     """The local Ray that :func:`connect` would start, known before it starts: Ray's own
     detection of CPUs and GPUs (``ray.num_cpus``, CUDA_VISIBLE_DEVICES and Ray's resource
-    overrides respected; torch is not imported); None if it cannot be known."""
+    overrides respected; torch is not imported). Should that detection be unavailable (a
+    private API), the CPUs are ``ray.num_cpus`` or the machine's, and a plan that asks for GPUs
+    is left to the check made once Ray runs (None)."""
     try:
         from ray._private.resource_and_label_spec import ResourceAndLabelSpec
 
         spec = ResourceAndLabelSpec(num_cpus=rc.num_cpus).resolve(is_head=True, node_ip_address="127.0.0.1")
         node = {"CPU": float(spec.num_cpus), "GPU": float(spec.num_gpus or 0)}
-    except Exception:  # noqa: BLE001 - a private API: without it, the check waits for Ray's own figures
-        return None
+    except Exception:  # noqa: BLE001 - a private API
+        if rc.num_gpus_per_actor > 0:
+            return None
+        node = {"CPU": float(rc.num_cpus or os.cpu_count() or 1)}
     return Cluster((node,), can_grow=False, name="the local Ray")
 
 
