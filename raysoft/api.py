@@ -1,8 +1,16 @@
 """The Python API: ``raysoft.run(config) -> RunResult``.
 
-A run validates its config before anything starts, writes into a hidden ``.<run_id>.partial``
-directory next to its final place, and renames it to ``<output.dir>/<run_id>`` only when every
-file is written, so a failed run never leaves a half-written result.
+A run validates its config, its data files and (Ray backend) the placement of its client
+actors before anything starts, writes into a hidden ``.<run_id>.partial`` directory next to its
+final place, and renames it to ``<output.dir>/<run_id>`` only when every file is written, so a
+failed run never leaves a half-written result. What a failure keeps:
+
+* a refusal (:class:`ConfigError`, also one raised once Ray runs): nothing, unless the run has
+  a checkpoint;
+* a failure or a signal (SIGTERM, SIGINT) while training: nothing, for a run without
+  checkpoints; a checkpointed run keeps its directory, resumable;
+* a failure after training (writing, renaming, publishing): the results are kept where they
+  are, and the error (:class:`~raysoft.errors.RunStopped`) says where.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -21,7 +30,10 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from .backends import run_backend
-from .config import Config, ConfigError, load_config, parse_config
+from .config import Config, ConfigError, load_config, name_problem, parse_config
+from .datafiles import DataFileError, MissingDataError, one_line
+from .errors import RunStopped
+from .interrupts import Interrupted, stop_on_signals
 from .progress import Progress
 from .results import write_config, write_run
 
@@ -75,18 +87,19 @@ def _replace(cfg: Config, section: str, **values: Any) -> Config:
 
 
 def check_data(cfg: Config) -> Config:
-    """Fail before anything starts if the dataset's files are missing or the model does not fit
-    the data; pin the resolved data folder into the config so that workers on other nodes do
+    """Fail before anything starts if the dataset's files are missing or not in their format, or
+    the model does not fit the data; pin the resolved data folder into the config so that workers on other nodes do
     not depend on this environment. Imports neither torch nor torchvision (the driver of a Ray
     run then never does)."""
-    from .datafiles import IMAGE_DATASETS, MissingDataError, check_files, data_kind, default_root, model_misfit
+    from .datafiles import (IMAGE_DATASETS, DataFileError, MissingDataError, data_kind, default_root, model_misfit,
+                            verify_files)
 
     root = None
     if cfg.data.name in IMAGE_DATASETS:
         try:
             root = default_root(cfg.data.name, cfg.data.root)
-            check_files(cfg.data.name, root)
-        except MissingDataError as err:
+            verify_files(cfg.data.name, root)
+        except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
     why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
     if why is not None:
@@ -126,6 +139,16 @@ def new_run_id(cfg: Config) -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
+def check_resources(cfg: Config) -> None:
+    """Refuse (Ray backend) a plan of client actors the cluster can never hold, before anything
+    is written: before Ray starts for a local Ray raysoft starts (see
+    :func:`raysoft.backends.ray_backend.preflight`)."""
+    if cfg.ray.backend == "ray":
+        from .backends.ray_backend import preflight
+
+        preflight(cfg)
+
+
 def run(
     config: Config | Mapping[str, Any] | str | Path | None = None,
     *,
@@ -142,6 +165,10 @@ def run(
     """
     cfg = check_data(_with_overrides(_coerce(config), out, address))
     check_output_survives(cfg.output.dir, in_ray_job())
+    why = name_problem(dir_name) if dir_name is not None else None
+    if why is not None:
+        raise ConfigError(f"dir_name: {why}")
+    check_resources(cfg)
     uri = cfg.output.dir if is_uri(cfg.output.dir) else None
     if uri is not None:  # run into a local staging folder, then publish with pyarrow.fs
         fs, base = _filesystem(uri)
@@ -159,24 +186,90 @@ def run(
     checkpointed = cfg.output.checkpoint_every > 0
     work = final if checkpointed else out_dir / f".{final.name}.partial"
     work.mkdir()
-    try:
-        write_config(work, cfg.to_dict())
-        result = _execute(cfg, run_id, work, progress, resume=False)
-        if work != final:
-            os.replace(work, final)
-    except BaseException:
-        if not checkpointed:
+    with stop_on_signals():
+        try:
+            write_config(work, cfg.to_dict())
+        except BaseException:
             shutil.rmtree(work, ignore_errors=True)
-        raise
+            raise
+        tables, summary = _train(cfg, run_id, work, progress, resume=False, fresh=True)
+        _finish(cfg, work, final, tables, summary)
     if uri is not None:  # one writer: this driver publishes the finished run
         target = f"{base.rstrip('/')}/{final.name}"
-        fs.create_dir(target, recursive=True)
-        pafs.copy_files(str(final), target, destination_filesystem=fs)
         location = f"{uri.rstrip('/')}/{final.name}"
+        try:
+            fs.create_dir(target, recursive=True)
+            pafs.copy_files(str(final), target, destination_filesystem=fs)
+        except Exception as err:  # noqa: BLE001 - pyarrow raises several types; one line
+            raise RunStopped(f"the run finished but publishing it to {location} failed ({one_line(err)}); "
+                             f"its complete results are kept in {final}") from err
         log.info("results in %s", location)
-        return RunResult(run_dir=final, run_id=run_id, summary=result, location=location)
+        return RunResult(run_dir=final, run_id=run_id, summary=summary, location=location)
     log.info("results in %s", final)
-    return RunResult(run_dir=final, run_id=run_id, summary=result)
+    return RunResult(run_dir=final, run_id=run_id, summary=summary)
+
+
+def _kept(work: Path) -> str:
+    """Where a checkpointed run's directory is and how to continue it."""
+    if (work / "checkpoint.pt").is_file():
+        return f"kept in {work} up to its last checkpoint; continue with: raysoft run --resume {work}"
+    return f"kept in {work} (no checkpoint yet: resuming starts it again); continue with: raysoft run --resume {work}"
+
+
+def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: bool,
+           fresh: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the backend into ``work`` (``fresh``: created by this call); on failure remove
+    ``work`` unless it is resumable (a checkpointed run, or a resumed one) and say which."""
+    keep = not fresh or cfg.output.checkpoint_every > 0
+
+    def discard(refused: bool) -> None:
+        # a refusal of a fresh run discards its directory unless a checkpoint was written
+        if fresh and (not keep or (refused and not (work / "checkpoint.pt").exists())):
+            shutil.rmtree(work, ignore_errors=True)
+
+    bar = Progress(cfg.algorithm.rounds, progress or cfg.output.progress, label=cfg.algorithm.name)
+    try:
+        return run_backend(cfg, run_id, bar, run_dir=str(work), resume=resume)
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        discard(refused=False)
+        if keep:
+            raise Interrupted(signum, f"run stopped by {name}; {_kept(work)}") from None
+        raise Interrupted(signum, f"run stopped by {name}; its partial results were removed (a run without "
+                                  "checkpoints cannot be resumed: output.checkpoint_every makes it resumable)") from None
+    except (MissingDataError, DataFileError) as err:  # found by a loader (in an actor, on another node)
+        discard(refused=True)
+        raise ConfigError(f"data: {err}") from None
+    except ConfigError:
+        discard(refused=True)
+        raise
+    except BaseException as err:
+        discard(refused=False)
+        if keep:
+            err.add_note(f"The run directory is {_kept(work)}.")
+        raise
+
+
+def _finish(cfg: Config, work: Path, final: Path, tables: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Write the finished run into ``work`` and move it to ``final``; a failure (or a signal)
+    keeps whatever is in ``work`` and says where (:class:`RunStopped`)."""
+    try:
+        write_run(work, cfg.to_dict(), tables, summary)
+    except BaseException as err:
+        how = ("continue with: raysoft run --resume " + str(work) if (work / "checkpoint.pt").is_file()
+               else "a run without checkpoints cannot be resumed")
+        why = f"stopped by {signal.Signals(err.signum).name}" if isinstance(err, Interrupted) else one_line(err)
+        raise RunStopped(f"the run finished but writing its results failed ({why}); what was written is kept in "
+                         f"{work} ({how})") from err
+    if work == final:
+        return
+    try:
+        os.replace(work, final)
+    except BaseException as err:
+        why = f"stopped by {signal.Signals(err.signum).name}" if isinstance(err, Interrupted) else one_line(err)
+        raise RunStopped(f"the run finished but could not be moved to {final} ({why}); its complete results are "
+                         f"kept in {work}") from err
 
 
 def is_uri(path: str) -> bool:
@@ -194,27 +287,26 @@ def _filesystem(uri: str):
     return fs, path
 
 
-def _execute(cfg: Config, run_id: str, work: Path, progress: str | None, resume: bool) -> dict[str, Any]:
-    bar = Progress(cfg.algorithm.rounds, progress or cfg.output.progress, label=cfg.algorithm.name)
-    tables, summary = run_backend(cfg, run_id, bar, run_dir=str(work), resume=resume)
-    write_run(work, cfg.to_dict(), tables, summary)
-    return summary
-
-
 def resume(run_dir: str | Path, *, address: str | None = None, progress: str | None = None) -> RunResult:
     """Continue a run from the last checkpoint in ``run_dir`` (from the start if it has none).
-    The finished run's metrics equal those of an uninterrupted run with the same seed."""
+    The finished run's metrics equal those of an uninterrupted run with the same seed. The
+    checkpoint is loaded as data only (see :mod:`raysoft.runtime.checkpoint`): a file that
+    would run code is refused."""
     d = Path(run_dir)
     if not (d / "config.yaml").is_file():
         raise ConfigError(f"--resume: {str(d)!r} is not a run directory (no config.yaml)")
     if (d / "summary.json").is_file():
         raise ConfigError(f"--resume: {str(d)!r} is already complete")
     cfg = check_data(_with_overrides(load_config(d / "config.yaml"), None, address))
+    check_resources(cfg)
     run_id = d.name
-    ckpt = d / "checkpoint.pt"
-    if ckpt.is_file():
-        import torch
+    if (d / "checkpoint.pt").is_file():
+        from .runtime.checkpoint import load_checkpoint
 
-        run_id = torch.load(ckpt, weights_only=False)["recorder"]["metrics"]["run_id"][0]
-    summary = _execute(cfg, run_id, d, progress, resume=True)
+        blob = load_checkpoint(d)
+        assert blob is not None
+        run_id = blob["recorder"]["metrics"]["run_id"][0]
+    with stop_on_signals():
+        tables, summary = _train(cfg, run_id, d, progress, resume=True, fresh=False)
+        _finish(cfg, d, d, tables, summary)
     return RunResult(run_dir=d, run_id=run_id, summary=summary)

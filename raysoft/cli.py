@@ -11,17 +11,21 @@
 and ``bench`` call :func:`raysoft.report.main` and :func:`raysoft.bench.main` with the parsed
 values (``python -m raysoft.report`` and ``python -m raysoft.bench`` come here too). The last
 line on stdout is the new run (or comparison, report, bench) directory. A bad config or argument
-prints one line on stderr naming the key and the problem, and exits with code 2.
+prints one line on stderr naming the key and the problem, and exits with code 2. A run stopped by its own
+failure after it had results (a non-finite update, a failure writing them) prints one line saying where
+they are and exits with code 1; SIGTERM or Ctrl-C prints one line saying what was kept and exits with
+128 + the signal's number.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from .config import ConfigError, load_config, load_raw
-from .errors import UpdateError
+from .errors import RunStopped, UpdateError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -154,12 +158,21 @@ def main(argv: list[str] | None = None) -> int:
             print((path / "comparison.md").read_text(), end="")
             print(path)
     except ConfigError as err:
-        sys.stderr.write(f"raysoft: error: {err}\n")
+        sys.stderr.write(f"raysoft: error: {_line(err)}\n")
         return 2
-    except UpdateError as err:
-        sys.stderr.write(f"raysoft: run stopped: {err}\n")
+    except (UpdateError, RunStopped) as err:
+        sys.stderr.write(f"raysoft: run stopped: {_line(err)}\n")
         return 1
+    except KeyboardInterrupt as err:  # SIGINT, or SIGTERM during a run (raysoft.interrupts)
+        signum = getattr(err, "signum", signal.SIGINT)
+        sys.stderr.write(f"raysoft: {_line(err) or 'interrupted'}\n")
+        return 128 + int(signum)
     return 0
+
+
+def _line(err: BaseException) -> str:
+    """An error's message and notes, on one line."""
+    return " ".join(" ".join(str(part).split()) for part in (str(err), *getattr(err, "__notes__", ())) if part)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .api import _prepare_out, is_uri, run
+from .api import _prepare_out, check_resources, is_uri, run
 from .config import ALGORITHM_CONFIGS, STREAM_ALGORITHMS, Config, ConfigError, parse_config
 from .report.analysis import local_means
 from .report.load import RunData, load_run
@@ -107,6 +107,8 @@ def compare(
         cfg = next(iter(configs.values()))
     if is_uri(str(out or cfg.output.dir)):
         raise ConfigError("output.dir: raysoft compare writes to a local folder (not a URI)")
+    for c in configs.values():  # before Ray starts: every algorithm's client actors must fit
+        check_resources(c)
     out_dir = _prepare_out(str(out or cfg.output.dir))
     name = f"compare-{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     partial, final = out_dir / f".{name}.partial", out_dir / name

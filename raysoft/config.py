@@ -350,6 +350,10 @@ class RayConfig(Section):
         "spread", description="place client actors with a placement group (SPREAD over nodes, or PACK); none: Ray's "
         "default; trial: in the bundles reserved by the Ray Tune trial that runs the experiment (raysoft sweep)"
     )
+    placement_timeout_s: float = Field(
+        300.0, gt=0.0, description="seconds to wait for the client actors' resources on a cluster that may "
+        "still grow (or is busy) before refusing the run; a plan the cluster can never hold is refused at once"
+    )
     round_deadline_s: float | None = Field(
         None, gt=0.0, description="seconds a client call may take; the updates of later actors are "
         "dropped and counted (results then depend on timing)"
@@ -374,13 +378,34 @@ class RayConfig(Section):
         return v
 
 
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be one component of a path inside the output folder, or None."""
+    if "/" in name or "\\" in name or "\0" in name:
+        return f"must be one file name, not a path (got {name!r})"
+    if name in (".", ".."):
+        return f"must name a folder inside output.dir (got {name!r})"
+    if name.startswith("."):
+        return f"must not start with '.' (hidden names are the unfinished runs') (got {name!r})"
+    return None
+
+
 class OutputConfig(Section):
     dir: str = "runs"
-    name: str | None = Field(None, description="run name prefix; default <algorithm>-<data>")
+    name: str | None = Field(
+        None, description="run name prefix: one file name (no separators, not hidden); default <algorithm>-<data>"
+    )
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
     checkpoint_every: int = Field(
         0, ge=0, description="save a checkpoint (and the results so far) every this many rounds; 0: never"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _one_component(cls, v: str | None) -> str | None:
+        why = name_problem(v) if v else None  # empty: the default
+        if why is not None:
+            raise ValueError(why)
+        return v
 
 
 class Fault(Section):

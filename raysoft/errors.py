@@ -7,3 +7,8 @@ class ClientFailure(RuntimeError):
 
 class UpdateError(RuntimeError):
     """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
+
+
+class RunStopped(RuntimeError):
+    """A run failed after it had results (writing, moving or publishing them); the message is
+    one line saying where they are kept."""

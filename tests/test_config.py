@@ -44,6 +44,13 @@ BAD = [
     ({"ray": {"num_gpus_per_actor": -1}}, "ray.num_gpus_per_actor"),
     ({"ray": {"backend": "dask"}}, "ray.backend"),
     ({"output": {"progress": "loud"}}, "output.progress"),
+    ({"output": {"name": "../../x"}}, "output.name: must be one file name, not a path (got '../../x')"),
+    ({"output": {"name": "/tmp/x"}}, "output.name: must be one file name, not a path"),
+    ({"output": {"name": "a/b"}}, "output.name: must be one file name, not a path (got 'a/b')"),
+    ({"output": {"name": "a\\b"}}, "output.name: must be one file name, not a path"),
+    ({"output": {"name": ".."}}, "output.name: must name a folder inside output.dir"),
+    ({"output": {"name": ".hidden"}}, "output.name: must not start with '.'"),
+    ({"ray": {"placement_timeout_s": 0}}, "ray.placement_timeout_s: Input should be greater than 0"),
     ({"bogus": {}}, "bogus: unknown key"),
     ({"seed": "x"}, "seed: Input should be a valid integer"),
     ({"data": [1, 2]}, "data: Input should be a valid dictionary"),
@@ -110,6 +117,31 @@ def test_cli_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, args, ex
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0]
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("name", ["../../x", "ABSOLUTE", "a/b"])
+def test_cli_output_name_is_one_component_nothing_written_anywhere(tmp_path, name):
+    # today's main wrote ../../x outside --out, and computed a/b's whole run before failing
+    base = tmp_path / "one" / "two"
+    base.mkdir(parents=True)
+    if name == "ABSOLUTE":
+        name = str(tmp_path / "abs")
+    cfg = base / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_config()))
+    proc = _cli("run", str(cfg), "--out", str(base / "out"), "--set", f"output.name={name}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("raysoft: error: output.name: must be one file name, not a path")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["one", "one/two",
+                                                                                    "one/two/c.yaml"]
+
+
+def test_a_run_directory_name_is_one_component(tmp_path):
+    import raysoft
+
+    with pytest.raises(ConfigError, match="dir_name: must be one file name, not a path"):
+        raysoft.run(small_config(), out=tmp_path, dir_name="../x")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_unwritable_output_is_a_config_error(tmp_path):

@@ -195,3 +195,159 @@ def test_round_deadline_with_a_mean_summed_in_the_actors(ray_session, tmp_path):
     assert len(late) > 0 and late.step.min() >= 2
     assert set(late.client) <= set(range(5, 10))
     assert np.isfinite(r.metrics.value).all() and r.summary["rounds"] == 4
+
+
+# --------------------------------------------------------------------------- after training
+def test_a_failure_after_training_keeps_the_results_and_says_where(tmp_path, monkeypatch):
+    import raysoft.api
+    from raysoft.errors import RunStopped
+
+    real = os.replace
+
+    def no_rename(src, dst):  # the run directory's rename fails (e.g. its parent went away)
+        if str(src).endswith(".partial"):
+            raise FileNotFoundError(2, "No such file or directory")
+        real(src, dst)
+
+    monkeypatch.setattr(raysoft.api.os, "replace", no_rename)
+    with pytest.raises(RunStopped) as err:
+        raysoft.run(_cfg(), out=tmp_path)
+    (kept,) = tmp_path.iterdir()
+    assert kept.name.endswith(".partial") and (kept / "summary.json").is_file()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("the run finished but could not be moved to ")
+    assert msg.endswith(f"its complete results are kept in {kept}")
+    assert len(pd.read_parquet(kept / "metrics.parquet")) > 0
+
+
+def test_a_failure_writing_a_checkpointed_run_says_how_to_resume(tmp_path, monkeypatch):
+    import raysoft.api
+    from raysoft.errors import RunStopped
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(raysoft.api, "write_run", full_disk)
+    with pytest.raises(RunStopped) as err:
+        raysoft.run(_cfg(output={"checkpoint_every": 3}), out=tmp_path)
+    (kept,) = tmp_path.iterdir()
+    assert (kept / "checkpoint.pt").is_file()
+    assert str(err.value).endswith(f"is kept in {kept} (continue with: raysoft run --resume {kept})")
+    monkeypatch.undo()
+    _assert_same(raysoft.resume(kept).run_dir, raysoft.run(_cfg(), out=tmp_path / "clean").run_dir)
+
+
+# --------------------------------------------------------------------------- signals
+def _start(tmp_path, cfg):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "raysoft", "run", str(path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def _wait_for(proc, ready, what):
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if ready():
+            return
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"the run ended before {what}: {proc.communicate()[1][-2000:]}")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_and_removes_its_partial_directory(tmp_path):
+    proc, out = _start(tmp_path, _cfg(algorithm={"rounds": 100000, "eval_every": 1000}))
+    _wait_for(proc, lambda: out.exists() and any(out.glob(".*.partial/config.yaml")), "it started")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == (
+        "raysoft: run stopped by SIGTERM; its partial results were removed (a run without checkpoints cannot be "
+        "resumed: output.checkpoint_every makes it resumable)")
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_a_checkpointed_run_resumable(tmp_path):
+    cfg = _cfg(algorithm={"rounds": 30, "eval_every": 5}, data={"clients": 10, "samples_max": 150},
+               train={"local_epochs": 10}, output={"checkpoint_every": 1})
+    proc, out = _start(tmp_path, cfg)
+    _wait_for(proc, lambda: any(out.glob("*/checkpoint.pt")) if out.exists() else False, "its first checkpoint")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    (run_dir,) = out.iterdir()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == (
+        f"raysoft: run stopped by SIGTERM; kept in {run_dir} up to its last checkpoint; continue with: "
+        f"raysoft run --resume {run_dir}")
+    assert not (run_dir / "summary.json").exists()
+    done = subprocess.run([sys.executable, "-m", "raysoft", "run", "--resume", str(run_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    _assert_same(run_dir, raysoft.run({**cfg, "output": {"progress": "none"}}, out=tmp_path / "clean").run_dir)
+
+
+# --------------------------------------------------------------------------- checkpoints are data
+from conftest import stream_config  # noqa: E402
+from test_digests import EXPECTED, STREAMS, SYNC, digest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fm_root(tmp_path_factory):
+    from test_images import write_fmnist
+
+    root = tmp_path_factory.mktemp("fm-ckpt")
+    write_fmnist(root)
+    return root
+
+
+def _digest_config(case, fm_root):
+    if case in SYNC:
+        return small_config(**SYNC[case])
+    algo = dict(STREAMS[case])
+    return stream_config(fm_root, algo.pop("name", "ccfl"), **algo)
+
+
+@pytest.mark.parametrize("case", sorted(SYNC) + sorted(STREAMS))
+def test_every_algorithms_checkpoint_loads_as_data_and_resumes_to_the_same_numbers(case, fm_root, tmp_path):
+    from raysoft.runtime.checkpoint import load_checkpoint
+
+    cfg = _digest_config(case, fm_root)
+    rounds = cfg["algorithm"]["rounds"]
+    every = rounds - 1 if case in SYNC else rounds // 3 + 1  # the last checkpoint is before the end
+    r = raysoft.run({**cfg, "output": {**cfg["output"], "checkpoint_every": every}}, out=tmp_path)
+    with torch.serialization.safe_globals([]):  # weights_only with raysoft's types, nothing else
+        blob = load_checkpoint(r.run_dir)
+    assert blob["recorder"]["metrics"]["run_id"][0] == r.run_id
+    # as if stopped after its last checkpoint: resuming ends with the uninterrupted run's numbers
+    (r.run_dir / "summary.json").unlink()
+    assert digest(raysoft.resume(r.run_dir)) == EXPECTED[case]
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path):
+    r = raysoft.run(_cfg(output={"checkpoint_every": 3}), out=tmp_path / "out")
+    (r.run_dir / "summary.json").unlink()
+    marker = tmp_path / "ran"
+    torch.save({"round": 3, "recorder": _Payload(marker)}, r.run_dir / "checkpoint.pt")
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "run", "--resume", str(r.run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"raysoft: error: {r.run_dir / 'checkpoint.pt'}: not a raysoft checkpoint (it asks for posix.mkdir, which a "
+        "checkpoint never holds); refused, nothing in it was run"]
+    assert not marker.exists()
+    (r.run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(raysoft.ConfigError, match=r"checkpoint\.pt: not a raysoft checkpoint \(Unsupported operand"):
+        raysoft.resume(r.run_dir)

@@ -134,7 +134,7 @@ def test_different_seeds_differ(tmp_path):
     [
         (RayConfig(), {"CPU": 2.0}, [5, 5]),
         (RayConfig(num_cpus_per_actor=0.5), {"CPU": 2.0}, [3, 3, 3, 1]),
-        (RayConfig(clients_per_actor=1), {"CPU": 2.0}, [1] * 10),
+        (RayConfig(clients_per_actor=1, num_cpus_per_actor=0.2), {"CPU": 2.0}, [1] * 10),
         (RayConfig(clients_per_actor=4), {"CPU": 8.0}, [4, 4, 2]),
         (RayConfig(num_gpus_per_actor=0.25), {"CPU": 16.0, "GPU": 1.0}, [3, 3, 3, 1]),
         (RayConfig(), {"CPU": 64.0}, [1] * 10),
@@ -147,7 +147,7 @@ def test_plan_actors(rc, resources, expected):
 
 
 def test_plan_actors_without_gpu_is_an_error():
-    with pytest.raises(RuntimeError, match="no GPU"):
+    with pytest.raises(raysoft.ConfigError, match="ray.num_gpus_per_actor: .* has none"):
         plan_actors(10, RayConfig(num_gpus_per_actor=0.5), {"CPU": 4.0})
 
 

@@ -9,18 +9,26 @@
   Ray gave it a GPU and torch sees one.
 * The driver only paces the coordinator (one remote call per round, for the progress bar) and
   writes the results it returns: one writer.
+* Before any actor starts, the driver plans the client actors (:mod:`.plan`, a pure function)
+  against the cluster's nodes (for a local Ray it starts, before starting it) and refuses a plan
+  the cluster can never hold; it reserves their placement group and waits for it at most
+  ``ray.placement_timeout_s``. An input error raised inside an actor (a bad data file, a config
+  error) reaches the caller as the same one-line error as the driver's own checks.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
+from ..datafiles import DataFileError, MissingDataError
+from ..errors import UpdateError
+from ..interrupts import keep_sigterm_handler
+from .plan import Cluster, Plan, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
 # The driver imports neither torch nor the runtime (about 0.5 GB of resident memory): the
 # coordinator and client actors import them in their own processes.
@@ -35,43 +43,130 @@ _DEAD = tuple(
     if hasattr(ray.exceptions, name)
 )
 
-
-def _slots(rc: RayConfig, res: dict[str, float]) -> int:
-    """How many client actors one node (or pool of resources) can host."""
-    slots = math.floor(res.get("CPU", 0.0) / rc.num_cpus_per_actor + 1e-9)
-    if rc.num_gpus_per_actor > 0:
-        slots = min(slots, math.floor(res.get("GPU", 0.0) / rc.num_gpus_per_actor + 1e-9))
-    return max(slots, 0)
+# errors that are the user's input (or a run's stop): they cross actor boundaries as one line
+_PLAIN = (ConfigError, MissingDataError, DataFileError, UpdateError)
 
 
-def plan_actors(num_clients: int, rc: RayConfig, resources: dict[str, float] | list[dict[str, float]]) -> list[list[int]]:
-    """Blocks of client ids, one per actor. With ``auto``, the pool is sized node by node from
-    ``resources`` (one dict per alive node, or one dict for the whole cluster)."""
-    if rc.clients_per_actor == "auto":
-        nodes = [resources] if isinstance(resources, dict) else list(resources)
-        if rc.num_gpus_per_actor > 0 and not any(n.get("GPU", 0.0) > 0 for n in nodes):
-            raise RuntimeError(f"ray.num_gpus_per_actor is {rc.num_gpus_per_actor} but the cluster has no GPU")
-        num_actors = max(1, min(num_clients, sum(_slots(rc, n) for n in nodes)))
-        per_actor = math.ceil(num_clients / num_actors)
+def plain_error(err: BaseException) -> BaseException | None:
+    """The user-facing error inside a Ray error (a task's error, possibly raised in an actor
+    called by an actor), re-made with its one-line message; None if there is none."""
+    e: BaseException | None = err
+    for _ in range(16):
+        if isinstance(e, ray.exceptions.RayTaskError):
+            e = e.cause
+        elif isinstance(e, _PLAIN):
+            return type(e)(str(e))
+        else:
+            return None
+    return None
+
+
+def _get(ref: Any) -> Any:
+    """``ray.get`` whose user-facing errors arrive as one line (not as a Ray traceback)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        plain = plain_error(err)
+        if plain is None:
+            raise
+        raise plain from None
+
+
+# --------------------------------------------------------------------------- resources
+def local_cluster(rc: RayConfig) -> Cluster | None:
+    """The local Ray that :func:`connect` would start, known before it starts: Ray's own
+    detection of CPUs and GPUs (``ray.num_cpus``, CUDA_VISIBLE_DEVICES and Ray's resource
+    overrides respected; torch is not imported). Should that detection be unavailable (a
+    private API), the CPUs are ``ray.num_cpus`` or the machine's, and a plan that asks for GPUs
+    is left to the check made once Ray runs (None)."""
+    try:
+        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+        spec = ResourceAndLabelSpec(num_cpus=rc.num_cpus).resolve(is_head=True, node_ip_address="127.0.0.1")
+        node = {"CPU": float(spec.num_cpus), "GPU": float(spec.num_gpus or 0)}
+    except Exception:  # noqa: BLE001 - a private API
+        if rc.num_gpus_per_actor > 0:
+            return None
+        node = {"CPU": float(rc.num_cpus or os.cpu_count() or 1)}
+    return Cluster((node,), can_grow=False, name="the local Ray")
+
+
+def joined_cluster() -> Cluster:
+    """The nodes of the Ray this process is connected to. It may grow unless this process
+    started it (a local Ray): an autoscaler may add nodes to any other."""
+    nodes = tuple(n["Resources"] for n in ray.nodes() if n.get("Alive")) or (ray.cluster_resources(),)
+    try:  # the node ray.init started in this process, if it did (a private attribute)
+        from ray._private import worker
+
+        local = bool(getattr(worker._global_node, "ray_init_cluster", False))
+    except Exception:  # noqa: BLE001 - without it, assume the cluster may grow (and wait, bounded)
+        local = False
+    return Cluster(nodes, can_grow=not local, name="the local Ray" if local else "the cluster")
+
+
+def preflight(cfg: Config) -> None:
+    """Refuse (:class:`ConfigError`, one line) a plan of client actors that can never be
+    placed, before Ray starts when raysoft is to start a local Ray, or on the Ray this process
+    is already connected to; a cluster still to be joined is checked once joined."""
+    rc = cfg.ray
+    if rc.placement == "trial":  # inside a Tune trial: checked against the trial's reservation
+        return
+    if ray.is_initialized():
+        cluster: Cluster | None = joined_cluster()
+    elif rc.address or os.environ.get("RAY_ADDRESS"):
+        return
     else:
-        per_actor = int(rc.clients_per_actor)
-    ids = list(range(num_clients))
-    return [ids[i : i + per_actor] for i in range(0, num_clients, per_actor)]
+        cluster = local_cluster(rc)
+    if cluster is not None:
+        plan(cfg.data.clients, rc, cluster)
+
+
+def reserve(cfg: Config, p: Plan):
+    """The placement group of the plan's actors (None with ``placement: none``), once Ray has
+    placed it; :class:`ConfigError` if it is not placed within ``ray.placement_timeout_s``."""
+    rc = cfg.ray
+    if p.waiting:
+        log.warning("waiting up to %g s (ray.placement_timeout_s) for the cluster to grow: %s",
+                    rc.placement_timeout_s, p.waiting)
+    if rc.placement == "none":
+        return None
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    pg = placement_group([dict(p.bundle) for _ in p.blocks], strategy=rc.placement.upper())
+    try:
+        ray.get(pg.ready(), timeout=rc.placement_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(pg)
+        raise ConfigError(not_placed(cfg.data.clients, rc, joined_cluster(), p.actors, rc.placement_timeout_s)) from None
+    except BaseException:
+        remove_placement_group(pg)
+        raise
+    return pg
 
 
 @ray.remote
 class ClientActor:
-    """Thin wrapper around a ClientHost."""
+    """Thin wrapper around a ClientHost, built by :meth:`start` (so that the wait for the
+    actor's placement is apart from the building of its clients, and an error while building
+    them is an ordinary task error, one line to the user)."""
 
     def __init__(self, cfg_dict: dict[str, Any], client_ids: list[int]) -> None:
+        self.cfg_dict, self.client_ids = cfg_dict, list(client_ids)
+        self.host: Any = None
+
+    def ping(self) -> bool:
+        return True
+
+    def start(self) -> dict[str, Any]:
         import torch
 
         from .host import ClientHost
 
-        cfg = parse_config(cfg_dict)
+        cfg = parse_config(self.cfg_dict)
         gpu_ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
         device = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
-        self.host = ClientHost(cfg, client_ids, device=device)
+        self.host = ClientHost(cfg, self.client_ids, device=device)
+        return self.describe()
 
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self.host.call(op, client_ids, payload, t)
@@ -98,34 +193,25 @@ class ClientActor:
 
 
 class RayExecutor:
-    """Runs client ops on the client actors (used inside the coordinator actor)."""
+    """Runs client ops on the client actors (used inside the coordinator actor), one actor per
+    block of the driver's plan, in its placement group ``pg`` (None: Ray's default placement)
+    from bundle ``first_bundle`` on (a Tune trial's reservation starts with the trial's own)."""
 
-    def __init__(self, cfg: Config, trial_pg: Any = None) -> None:
+    def __init__(self, cfg: Config, blocks: list[list[int]], pg: Any = None, first_bundle: int = 0) -> None:
         self.cfg_dict = cfg.to_dict()
+        self.num_clients = cfg.data.clients
         self.rc = cfg.ray
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-        self.blocks = plan_actors(cfg.data.clients, self.rc, nodes or ray.cluster_resources())
-        self.pg = None
-        self.first_bundle, self.own_pg = 0, True
-        if self.rc.placement == "trial":  # the bundles after the first of the Tune trial's reservation
-            self.pg, self.first_bundle, self.own_pg = trial_pg, 1, False
-            if len(trial_pg.bundle_specs) < 1 + len(self.blocks):
-                raise RuntimeError(f"ray.placement: trial: the trial reserved {len(trial_pg.bundle_specs) - 1} "
-                                   f"actor bundles for {len(self.blocks)} client actors")
-        elif self.rc.placement != "none":  # one bundle per actor, spread over (or packed on) nodes
-            from ray.util.placement_group import placement_group
-
-            bundle = {"CPU": self.rc.num_cpus_per_actor}
-            if self.rc.num_gpus_per_actor:
-                bundle["GPU"] = self.rc.num_gpus_per_actor
-            self.pg = placement_group([dict(bundle) for _ in self.blocks], strategy=self.rc.placement.upper())
-            ray.get(self.pg.ready())
-        self.actors = [self._start(block, i) for i, block in enumerate(self.blocks)]
+        self.blocks = blocks
+        self.pg, self.first_bundle = pg, first_bundle
+        self.actors: list[Any] = []
+        for i, block in enumerate(self.blocks):
+            self.actors.append(self._create(block, i))
+        self._placed(range(len(self.actors)))
         self.owner = {k: i for i, block in enumerate(self.blocks) for k in block}
-        self.placement = ray.get([a.describe.remote() for a in self.actors])
+        self.placement = self._gather([a.start.remote() for a in self.actors])
         self.late: list[int] = []  # clients whose updates missed the last call's deadline
 
-    def _start(self, block: list[int], index: int):
+    def _create(self, block: list[int], index: int):
         opts: dict[str, Any] = {"num_cpus": self.rc.num_cpus_per_actor, "num_gpus": self.rc.num_gpus_per_actor}
         if self.pg is not None:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -133,6 +219,18 @@ class RayExecutor:
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=self.pg, placement_group_bundle_index=self.first_bundle + index)
         return ClientActor.options(**opts).remote(self.cfg_dict, block)
+
+    def _placed(self, indices) -> None:
+        """Wait, at most ``ray.placement_timeout_s``, until the actors ``indices`` run (placed
+        on a node, their process started); building their clients comes after, unbounded."""
+        refs = [self.actors[i].ping.remote() for i in indices]
+        if not refs:
+            return
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.rc.placement_timeout_s)
+        if pending:
+            raise ConfigError(not_placed(self.num_clients, self.rc, joined_cluster(), len(self.blocks),
+                                         self.rc.placement_timeout_s))
+        self._gather(refs)
 
     def _gather(self, futures: list) -> list:
         try:
@@ -205,61 +303,75 @@ class RayExecutor:
 
     def recover(self) -> None:
         """Replace dead actors by new ones hosting the same clients (rebuilt from seed and id)."""
+        dead = []
         for i, actor in enumerate(self.actors):
             try:
-                ray.get(actor.describe.remote())
+                ray.get(actor.ping.remote())
             except _DEAD:
                 log.warning("client actor %d died; restarting it for clients %s", i, self.blocks[i][:3])
-                self.actors[i] = self._start(self.blocks[i], i)
-                self.placement[i] = self._gather([self.actors[i].describe.remote()])[0]
+                self.actors[i] = self._create(self.blocks[i], i)
+                dead.append(i)
+        self._placed(dead)
+        for i, where in zip(dead, self._gather([self.actors[i].start.remote() for i in dead])):
+            self.placement[i] = where
 
 
 @ray.remote(num_cpus=0)
 class CoordinatorActor:
-    """Runs the rounds of one experiment over the client actors."""
+    """Runs the rounds of one experiment over the client actors (built by :meth:`start`, so
+    that an error while building them is an ordinary task error, one line to the user)."""
 
-    def __init__(self, cfg_dict: dict[str, Any], run_id: str, run_dir: str | None, resume: bool,
-                 trial_pg: Any = None) -> None:
+    def __init__(self) -> None:
+        self.executor: RayExecutor | None = None
+        self.coord: Any = None
+
+    def start(self, cfg_dict: dict[str, Any], run_id: str, run_dir: str | None, resume: bool,
+              blocks: list[list[int]], pg: Any, first_bundle: int = 0) -> None:
         from ..runtime import make_coordinator
 
         cfg = parse_config(cfg_dict)
-        self.executor = RayExecutor(cfg, trial_pg)
+        self.executor = RayExecutor(cfg, blocks, pg, first_bundle)
         self.coord = make_coordinator(cfg, self.executor, run_id, run_dir=run_dir, resume=resume)
 
     def advance(self) -> dict[str, Any]:
         return self.coord.advance()
 
     def shutdown(self) -> None:
-        """Release the client actors and their placement group."""
-        for a in self.executor.actors:
+        """Release the client actors (the driver removes the placement group it reserved)."""
+        for a in self.executor.actors if self.executor is not None else ():
             ray.kill(a)
-        if self.executor.pg is not None and self.executor.own_pg:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(self.executor.pg)
 
     def results(self):
         return self.coord.results()
 
 
 def connect(rc: RayConfig) -> bool:
-    """Join or start Ray; True if this call started (and so must stop) it."""
+    """Join the cluster of ``ray.address`` (or RAY_ADDRESS), else start a local Ray of its own
+    (the one :func:`local_cluster` describes); True if this call started (and so must stop) it.
+    A run's SIGTERM handler survives ``ray.init`` (which installs its own)."""
     if ray.is_initialized():
         return False
     address = rc.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    else:
-        ray.init(
-            num_cpus=rc.num_cpus,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+    with keep_sigterm_handler():
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        else:  # a new local Ray, even if another one runs on this machine (Ray would join it)
+            ray.init(
+                address="local",
+                num_cpus=rc.num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
     return True
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):
+    """Plan the client actors on the cluster (refusing a plan it can never hold), reserve their
+    placement group (waiting at most ``ray.placement_timeout_s``), then drive the coordinator.
+    The per-round waits have no deadline: a round takes as long as its clients' training (a
+    dead actor or node ends the wait with an error; ``ray.round_deadline_s`` drops stragglers),
+    and a signal interrupts them."""
     from .drive import drive
 
     trial_pg = None
@@ -271,23 +383,47 @@ def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resum
             raise ConfigError("ray.placement: trial is for runs inside a Ray Tune trial (raysoft sweep); "
                               "use spread, pack or none")
     started = connect(cfg.ray)
-    coord = None
+    coord = pg = None
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if trial_pg is not None:  # the trial's bundles after its own, each one actor's "node"
+            reserved = Cluster(tuple(trial_pg.bundle_specs[1:]), name="the trial's reservation")
+            p = plan(cfg.data.clients, cfg.ray, reserved)
+            if p.actors > len(reserved.nodes):
+                raise ConfigError(f"ray.placement: trial: the trial reserved {len(reserved.nodes)} actor bundles "
+                                  f"for {p.actors} client actors")
+        else:
+            p = plan(cfg.data.clients, cfg.ray, joined_cluster())
+            pg = reserve(cfg, p)
         # the coordinator lives on the driver's node: it writes checkpoints into the run
         # directory there, and losing a worker node must not take it away
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-        coord = CoordinatorActor.options(scheduling_strategy=here).remote(cfg.to_dict(), run_id, run_dir, resume,
-                                                                          trial_pg)
-        drive(lambda: ray.get(coord.advance.remote()), on_progress)
-        return ray.get(coord.results.remote())
+        coord = CoordinatorActor.options(scheduling_strategy=here).remote()
+        _get(coord.start.remote(cfg.to_dict(), run_id, run_dir, resume, p.blocks, pg or trial_pg,
+                                1 if trial_pg is not None else 0))
+        advance: Callable[[], dict[str, Any]] = lambda: _get(coord.advance.remote())  # noqa: E731
+        drive(advance, on_progress)
+        return _get(coord.results.remote())
     finally:
-        if coord is not None:
-            try:
-                ray.get(coord.shutdown.remote())
-            except Exception:  # noqa: BLE001 - best effort: the coordinator may be gone
-                pass
-            ray.kill(coord)
+        _release(coord, pg)
         if started:
             ray.shutdown()
+
+
+def _release(coord: Any, pg: Any) -> None:
+    """Stop the coordinator and its client actors and free their placement group (best effort,
+    bounded: the coordinator may be gone)."""
+    if coord is not None:
+        try:
+            ray.get(coord.shutdown.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        ray.kill(coord)
+    if pg is not None:
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            remove_placement_group(pg)
+        except Exception:  # noqa: BLE001 - best effort
+            pass

@@ -12,8 +12,9 @@ Nothing is downloaded. Each loader reads a folder and returns uint8 arrays [n, C
 - ``cifar10`` / ``cifar100``: ``torchvision.datasets.CIFAR10/CIFAR100(root, download=False)``,
   i.e. ``<root>/cifar-10-batches-py/`` or ``<root>/cifar-100-python/``.
 
-A missing file raises :class:`MissingDataError`, a corrupt one a ``ValueError``; both messages
-are one line naming the dataset, the files and the folder.
+A missing file raises :class:`MissingDataError`, a corrupt one a :class:`DataFileError` (a
+``ValueError``); both messages are one line naming the dataset, the files and the folder. The
+driver checks the same formats before anything starts (:func:`raysoft.datafiles.verify_files`).
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from ..datafiles import (  # noqa: F401 - re-exported
     FMNIST_DEBIAN_ROOT,
     FMNIST_FILES,
     ROOT_HINT,
+    DataFileError,
     MissingDataError,
     check_files,
     default_root,
     emnist_files,
     find_fmnist,
+    idx_layout,
+    one_line,
     require_cifar,
     require_emnist,
 )
@@ -45,6 +49,7 @@ from ..datafiles import (  # noqa: F401 - re-exported
 
 __all__ = [
     "FMNIST_DEBIAN_ROOT",
+    "DataFileError",
     "ImageArrays",
     "MissingDataError",
     "check_files",
@@ -69,8 +74,7 @@ class ImageArrays:
     num_classes: int
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+_one_line = one_line
 
 
 # --------------------------------------------------------------------------- IDX files
@@ -85,26 +89,14 @@ def _read_bytes(path: str) -> bytes:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as err:
-            raise ValueError(f"{path}: corrupt gzip file ({_one_line(err)})") from None
+            raise DataFileError(f"{path}: corrupt gzip file ({_one_line(err)})") from None
     return data
 
 
 def parse_idx(data: bytes, where: str = "IDX data") -> np.ndarray:
     """Parse IDX bytes (magic 0x0000TTDD: type TT, DD dimensions, big-endian sizes)."""
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES or not 1 <= data[3] <= 4:
-        raise ValueError(f"{where}: not an IDX file (bad magic number {data[:4].hex() or 'none'})")
-    dtype = np.dtype(_IDX_TYPES[data[2]])
-    ndim = data[3]
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise ValueError(f"{where}: truncated IDX file (header of {header} bytes, file has {len(data)})")
-    shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    expected = header + int(np.prod(shape)) * dtype.itemsize
-    if len(data) != expected:
-        kind = "truncated" if len(data) < expected else "oversized"
-        raise ValueError(
-            f"{where}: {kind} IDX file (shape {shape} needs {expected} bytes, file has {len(data)})"
-        )
+    code, shape, header = idx_layout(data[:20], len(data), where)
+    dtype = np.dtype(_IDX_TYPES[code])
     return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -112,7 +104,7 @@ def read_idx(path: str, ndim: int | None = None) -> np.ndarray:
     """Read an IDX file (gzipped or not); check the number of dimensions if given."""
     arr = parse_idx(_read_bytes(path), path)
     if ndim is not None and arr.ndim != ndim:
-        raise ValueError(f"{path}: expected an IDX file with {ndim} dimensions, got shape {arr.shape}")
+        raise DataFileError(f"{path}: expected an IDX file with {ndim} dimensions, got shape {arr.shape}")
     return arr
 
 
@@ -124,9 +116,9 @@ def load_fmnist(root: str) -> ImageArrays:
         x_path, y_path = paths[f"{prefix}-images-idx3-ubyte"], paths[f"{prefix}-labels-idx1-ubyte"]
         x, y = read_idx(x_path, ndim=3), read_idx(y_path, ndim=1)
         if x.dtype != np.uint8 or y.dtype != np.uint8:
-            raise ValueError(f"fmnist: {x_path} / {y_path}: expected unsigned-byte IDX files")
+            raise DataFileError(f"fmnist: {x_path} / {y_path}: expected unsigned-byte IDX files")
         if len(x) != len(y):
-            raise ValueError(f"fmnist: {x_path} has {len(x)} images but {y_path} has {len(y)} labels")
+            raise DataFileError(f"fmnist: {x_path} has {len(x)} images but {y_path} has {len(y)} labels")
         splits.append((np.ascontiguousarray(x[:, None]), y.astype(np.int64)))
     (train_x, train_y), (test_x, test_y) = splits
     return ImageArrays(train_x, train_y, test_x, test_y, num_classes=10)
@@ -156,7 +148,7 @@ def load_emnist_letters(root: str) -> tuple[ImageArrays, ImageArrays]:
         train = _emnist_split(root, train=True)
         test = _emnist_split(root, train=False)
     except (AssertionError, RuntimeError, TypeError, ValueError, KeyError) as err:
-        raise ValueError(
+        raise DataFileError(
             f"emnist_letters: cannot read the byclass files in {os.path.dirname(files[0])} "
             f"({type(err).__name__}: {_one_line(err)})"
         ) from None
@@ -201,7 +193,7 @@ def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageA
     if check_md5:
         bad = [f for f, md5 in entries if not check_integrity(os.path.join(folder, f), md5)]
         if bad:
-            raise ValueError(
+            raise DataFileError(
                 f"{name}: md5 mismatch for {', '.join(bad)} in {folder} "
                 "(not the official python-version files)"
             )
@@ -212,7 +204,7 @@ def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageA
             x = np.ascontiguousarray(np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2))
             splits.append((x, np.asarray(ds.targets, dtype=np.int64)))
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, RuntimeError) as err:
-        raise ValueError(
+        raise DataFileError(
             f"{name}: cannot read the batch files in {folder} ({type(err).__name__}: {_one_line(err)})"
         ) from None
     (train_x, train_y), (test_x, test_y) = splits

@@ -1,13 +1,26 @@
-"""Checkpoints: everything a coordinator needs to continue a run, written atomically."""
+"""Checkpoints: everything a coordinator needs to continue a run, written atomically, and read
+back as data only.
+
+A checkpoint is written with ``torch.save`` and read with ``torch.load(weights_only=True)``:
+the unpickler builds tensors, containers, numbers and strings, and instances of the types
+listed in :func:`checkpoint_types` (raysoft's own state classes, the model layers they hold,
+the optimizers, numpy arrays), and calls nothing else. A file that asks for anything more (a
+checkpoint someone else wrote to run code on ``--resume``) is refused with a one-line
+:class:`~raysoft.config.ConfigError` naming the file and what it asked for; nothing in it runs.
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..config import ConfigError
+from ..datafiles import one_line
 from ..results import Recorder, write_tables
 
 CHECKPOINT = "checkpoint.pt"
@@ -21,9 +34,57 @@ def save_checkpoint(run_dir: Path, blob: dict[str, Any], recorder: Recorder) -> 
     write_tables(run_dir, recorder.tables())
 
 
+def checkpoint_types() -> list[Any]:
+    """Every type a checkpoint of raysoft's algorithms holds beyond what ``weights_only``
+    loads by default (the tests run every algorithm with a checkpoint each round and load it
+    back with these alone)."""
+    import numpy as np
+    from torch import nn
+
+    from .. import models, optim
+    from ..algorithms import ccfl, fedavg, fedem, fedsoft, fpfc, ifca, stream
+    from ..config import DataConfig
+    from ..data.drift import DriftingImages
+
+    core = getattr(np, "_core", None) or np.core
+    return [
+        # client and server states
+        fedsoft.FedSoftState, fedsoft.FedSoftClient, ifca.IFCAState, fedem.FedEMState, fedem.FedEMClient,
+        fedavg.GlobalModel, fedavg.LocalClient, fpfc.FPFCState, ccfl.CCFLServerState, stream.StreamClient,
+        DriftingImages, DataConfig, models.DataInfo,
+        # optimizers and the models a client keeps (and their layers)
+        optim.Adam, optim.SGD,
+        models.LinearRegression, models.Logistic, models.ConvNet, models.CifarCNN,
+        nn.Linear, nn.Conv2d, nn.ReLU, nn.MaxPool2d, nn.Flatten, nn.Sequential, nn.GroupNorm, nn.Identity,
+        nn.AdaptiveAvgPool2d,
+        # numpy arrays and scalars
+        core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, bytes,
+        *{type(np.dtype(t)) for t in ("f4", "f8", "i4", "i8", "u1", "?")},
+    ]
+
+
 def load_checkpoint(run_dir: Path | None) -> dict[str, Any] | None:
-    """The checkpoint in ``run_dir``, or None if there is none."""
+    """The checkpoint in ``run_dir``, or None if there is none; :class:`ConfigError` (one line,
+    naming the file) if it is not a raysoft checkpoint or cannot be read."""
     path = run_dir / CHECKPOINT if run_dir else None
     if path is None or not path.exists():
         return None
-    return torch.load(path, weights_only=False)
+    try:
+        with torch.serialization.safe_globals(checkpoint_types()):
+            blob = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as err:
+        text = str(err)
+        asked = re.search(r"GLOBAL ([\w.]+)", text)
+        if asked:
+            why = f"it asks for {asked.group(1)}, which a checkpoint never holds"
+        else:  # torch's message: the unpickler's own reason after "WeightsUnpickler error:"
+            reason = text.split("WeightsUnpickler error:", 1)[-1].strip().split("\n\n")[0]
+            why = one_line(reason) or "unreadable"
+        raise ConfigError(f"{path}: not a raysoft checkpoint ({why}); refused, nothing in it was run") from None
+    except (RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError, KeyError) as err:
+        lines = str(err).strip().splitlines()
+        raise ConfigError(f"{path}: cannot read the checkpoint ({type(err).__name__}: "
+                          f"{one_line(lines[0] if lines else '')})") from None
+    if not isinstance(blob, dict) or "recorder" not in blob:
+        raise ConfigError(f"{path}: not a raysoft checkpoint (no recorded results in it)")
+    return blob
