@@ -30,7 +30,7 @@ from ..errors import UpdateError
 from ..interrupts import keep_sigterm_handler
 from .plan import Cluster, Plan, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
-# The driver imports neither torch nor the runtime (about 0.5 GB of resident memory): the
+# The driver imports neither torch nor the runtime (hundreds of MB per process; docs/performance.md): the
 # coordinator and client actors import them in their own processes.
 
 log = logging.getLogger(__name__)

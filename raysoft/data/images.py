@@ -44,8 +44,8 @@ from ..datafiles import (  # noqa: F401 - re-exported
     require_emnist,
 )
 
-# torchvision (about 90 MB of private memory per process) is imported only by the loaders and
-# the rotations that need it, not for Fashion-MNIST rotated by multiples of 90 degrees
+# torchvision (its import costs every process memory; docs/performance.md) is imported only by
+# the loaders and the rotations that need it, not for Fashion-MNIST rotated by multiples of 90°
 
 __all__ = [
     "FMNIST_DEBIAN_ROOT",
