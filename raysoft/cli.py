@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output directory (overrides output.dir)")
     r.add_argument("--address", help="Ray address to join: auto, ray://host:10001 or http://host:8265")
     r.add_argument("--progress", choices=["auto", "bar", "lines", "none"], help="progress display")
+    r.add_argument("--token-file", help="the cluster's authentication token (default: RAY_AUTH_TOKEN, "
+                                        "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
     c = sub.add_parser("compare", help="run several algorithms on identical clients and seeds")
     c.add_argument("config", help="experiment YAML (see jobs/compare_fmnist.yaml)")
     c.add_argument("--algorithms", default="fedsoft,ifca,fedem,fedavg,local",
@@ -67,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")
     c.add_argument("--address", help="Ray address to join")
     c.add_argument("--progress", choices=["auto", "bar", "lines", "none"])
+    c.add_argument("--token-file", help="the cluster's authentication token")
     rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
                         description="Figures and Markdown summaries of finished runs.", error_prefix="raysoft report")
     rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
@@ -90,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue an interrupted sweep")
     sw.add_argument("--out", help="where the sweep directory goes (default: the base config's output.dir)")
     sw.add_argument("--address", help="Ray address to join")
+    sw.add_argument("--token-file", help="the cluster's authentication token")
     for p in (r, c, rp, b, sw):
         p.set_defaults(subparser=p)
     return parser
@@ -117,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":  # raysoft against the bare loop and Flower
         return _bench(args)
     try:
+        if getattr(args, "token_file", None):
+            from .backends import auth
+
+            auth.use_token_file(args.token_file)
         if args.command == "run":
             from .api import resume, run
 

@@ -24,9 +24,9 @@ ROOT = Path.cwd()  # the working directory that is uploaded (the repository, whe
 def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, working_dir: str | None = None,
            submission_id: str | None = None, follow: bool = True) -> int:
     """Submit ``entrypoint`` to the Jobs API at ``address``; follow the logs; 0 if it SUCCEEDED."""
-    import os
+    from .backends import auth
 
-    os.environ.setdefault("RAY_AUTH_MODE", "token")  # send the token (~/.ray/auth_token) like `ray` does
+    auth.prepare(address)  # the cluster's token goes with every request, or a one-line refusal
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     env_file = Path(runtime_env) if runtime_env else ROOT / "jobs" / "runtime_env.yaml"

@@ -153,6 +153,19 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         (run_dir,) = list(out2.iterdir())
         assert pd.read_parquet(run_dir / "metrics.parquet").step.max() == 1
+        # joining the head by its GCS address works without exporting RAY_AUTH_MODE: raysoft
+        # finds the token itself, and Ray's token warning is not printed
+        plain = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
+        out3 = tmp_path / "runs3"
+        proc = subprocess.run(
+            [sys.executable, "-m", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--address", "127.0.0.1:6412",
+             "--set", "algorithm.rounds=1", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4",
+             "--set", "ray.placement_timeout_s=60", "--out", str(out3), "--progress", "none"],
+            env=plain, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "InvalidAuthToken" not in proc.stderr and "Token authentication is enabled" not in proc.stderr
+        (run_dir,) = list(out3.iterdir())
+        assert pd.read_parquet(run_dir / "metrics.parquet").step.max() == 1
     finally:
         subprocess.run([script, "stop"], env=env, timeout=60, capture_output=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -28,6 +28,7 @@ from ..config import Config, ConfigError, RayConfig, parse_config
 from ..datafiles import DataFileError, MissingDataError
 from ..errors import UpdateError
 from ..interrupts import keep_sigterm_handler
+from . import auth
 from .plan import Cluster, Plan, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
 # The driver imports neither torch nor the runtime (hundreds of MB per process; docs/performance.md): the
@@ -352,6 +353,7 @@ def connect(rc: RayConfig) -> bool:
     if ray.is_initialized():
         return False
     address = rc.address or os.environ.get("RAY_ADDRESS")
+    auth.prepare(None if address in (None, "local") else address)
     with keep_sigterm_handler():
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
