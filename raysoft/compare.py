@@ -131,7 +131,7 @@ def compare(
         raise
     finally:
         if started:
-            import ray
+            from .backends.ray_backend import shutdown
 
-            ray.shutdown()
+            shutdown()
     return final

@@ -203,7 +203,7 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
     import ray
     from ray import tune
 
-    from .backends.ray_backend import connect
+    from .backends.ray_backend import connect, shutdown
 
     started = connect(cfgs[0].ray.model_copy(update={"address": address}))
     try:
@@ -234,7 +234,7 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
         return out
     finally:
         if started:
-            ray.shutdown()
+            shutdown()
 
 
 _TUNE_KEYS = {"timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date", "time_this_iter_s",

@@ -365,7 +365,37 @@ def connect(rc: RayConfig) -> bool:
                 log_to_driver=False,
                 logging_level=logging.WARNING,
             )
+            _start_watchdog()
     return True
+
+
+_WATCHDOG: list[Any] = []  # the watchdog of the local Ray this process started, if any
+
+
+def _start_watchdog() -> None:
+    """A process that ends the local Ray just started once this driver is gone, even if the
+    driver is killed with SIGKILL and cannot clean up (``watchdog.py``)."""
+    import subprocess
+    import sys
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    pids = [info.process.pid for infos in getattr(node, "all_processes", {}).values() for info in infos
+            if getattr(info, "process", None) is not None]
+    if not pids:
+        return
+    script = os.path.join(os.path.dirname(__file__), "watchdog.py")
+    _WATCHDOG.append(subprocess.Popen([sys.executable, script, str(os.getpid()), *map(str, pids)],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+
+
+def shutdown() -> None:
+    """Stop the local Ray this process started (and its watchdog)."""
+    ray.shutdown()
+    while _WATCHDOG:
+        w = _WATCHDOG.pop()
+        w.terminate()
+        w.wait(timeout=10)
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):
@@ -410,7 +440,7 @@ def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resum
     finally:
         _release(coord, pg)
         if started:
-            ray.shutdown()
+            shutdown()
 
 
 def _release(coord: Any, pg: Any) -> None:
