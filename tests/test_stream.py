@@ -105,6 +105,21 @@ def test_no_drift_keeps_each_clients_mixture_and_late_joiners_start_late(tmp_pat
     assert 5 not in set(c.client)
 
 
+@pytest.mark.parametrize("name", ["ccfl", "fedsoft_async"])
+def test_a_late_joiner_fetches_the_current_tuple_and_its_first_upload_carries_its_t(tmp_path, fm, name):
+    """A newcomer fetches the server's current (w, t) when it joins, not the t = 0 model: its
+    first upload is stamped with the number of uploads the server had applied by then."""
+    cfg = stream_config(fm, name=name)
+    cfg["data"]["join_schedule"] = [0.0] * 5 + [3.0]
+    m = raysoft.run(cfg, out=tmp_path).metrics
+    uploads = m[m.metric == "accuracy_before"]
+    first = uploads[uploads.entity == 5].sort_values("step").iloc[0]
+    joined_at = int((uploads[uploads.entity != 5].virtual_time < 3.0).sum())  # uploads applied before it joined
+    stale = m[(m.metric == "staleness") & (m.entity == 5) & (m.step == first.step)].value.iloc[0]
+    assert joined_at > 0 and first.virtual_time > 3.0
+    assert first.step - stale == joined_at  # tau, the t of the tuple it fetched
+
+
 def test_stream_config_errors():
     with pytest.raises(raysoft.ConfigError, match="needs an image dataset"):
         raysoft.load_config(None, ["algorithm.name=ccfl"])

@@ -423,7 +423,7 @@ class CCFL(StreamAlgorithm):
         return init_server_state(models)
 
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
-        return {"initial": initial_reply(state)}
+        return {"initial": initial_reply(state), "t": state.t}
 
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, Any]]:

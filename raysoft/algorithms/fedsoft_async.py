@@ -70,7 +70,7 @@ class FedSoftAsync(StreamAlgorithm):
         return init_server_state(models)
 
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
-        return {"initial_models": initial_models}
+        return {"initial_models": state.models.clone(), "t": state.t}  # the current cluster models
 
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:

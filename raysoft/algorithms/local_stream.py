@@ -37,7 +37,7 @@ class LocalStream(StreamAlgorithm):
         return init_server_state(models)  # only its epoch t moves
 
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
-        return {"initial": initial_reply(state)}
+        return {"initial": initial_reply(state), "t": state.t}
 
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:

@@ -178,8 +178,8 @@ class StreamAlgorithm(Configured[CCFLConfig]):
         a = self.settings
         reply = payload["replies"].get(ctx.client)
         after, down, models = None, 0, None
-        if reply is None:  # first upload: cold start from the initialisation tuple
-            cs.tau = 0
+        if reply is None:  # first upload: cold start from the server's current initialisation tuple (w, t)
+            cs.tau = int(payload.get("t", 0))
             anchor, models, down = self.first_anchor(payload)
             start = anchor.clone()
         else:
@@ -223,7 +223,8 @@ class StreamAlgorithm(Configured[CCFLConfig]):
         raise NotImplementedError
 
     def cold_start(self, state: Any, initial_models: torch.Tensor) -> dict[str, Any]:
-        """What a client downloads before its first upload."""
+        """What a client downloads before its first upload: the server's current initialisation
+        tuple, whose ``t`` (the server's epoch) stamps the client's first upload."""
         raise NotImplementedError
 
     def server_step(self, state: Any, client: int, up: dict[str, Any], scratch: torch.nn.Module,

@@ -65,8 +65,8 @@ class StreamCoordinator(CoordinatorBase):
     def init_run(self) -> None:
         n = self.cfg.data.clients
         self.state = self.algorithm.init_server(self.initial_models)
-        joins = self.cfg.data.join_schedule or [0.0] * n
-        self.next_time = np.array([joins[m] + self._gap(m, 0) for m in range(n)])  # each client's next tick
+        self.joins = np.asarray(self.cfg.data.join_schedule or [0.0] * n, dtype=float)
+        self.next_time = np.array([self.joins[m] + self._gap(m, 0) for m in range(n)])  # each client's next tick
         self.ticks = np.zeros(n, dtype=np.int64)  # clock ticks used (uploads + silent ticks)
         self.replies: dict[int, dict[str, Any]] = {}
         self.computed: dict[int, dict[str, Any]] = {}
@@ -177,6 +177,13 @@ class StreamCoordinator(CoordinatorBase):
             for m in rest:
                 self._record_after(m, scores[m])
 
+    def _keys(self) -> np.ndarray:
+        """Per client, the virtual time before which nothing of it can happen: its computed
+        upload's time, else its next tick, else (not joined yet) its join time."""
+        return np.array([self.computed[m]["vtime"] if m in self.computed
+                         else self.next_time[m] if m in self.replies else self.joins[m]
+                         for m in range(self.cfg.data.clients)])
+
     def _upload_time(self, m: int, silent: int) -> float:
         """The virtual time of client m's computed upload: its next tick, plus the ticks it let
         pass silently (upload_policy shift)."""
@@ -188,10 +195,13 @@ class StreamCoordinator(CoordinatorBase):
         client's next tick bounds its upload time from below)."""
         total = int(self.a.rounds)
         n = self.cfg.data.clients
-        need = [m for m in range(n) if m not in self.computed]
+        # a client that has not joined yet is due when nothing earlier is left to apply: it then
+        # fetches the server's current initialisation tuple (w, t), as a newcomer does
+        frontier = float(self._keys().min())
+        need = [m for m in range(n) if m not in self.computed and (m in self.replies or self.joins[m] <= frontier)]
         if need:
             payload = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
-            if len(self.replies) < len(need):  # someone's first upload: the cold start comes down
+            if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
                 payload.update(self.algorithm.cold_start(self.state, self.initial_models))
             done = self.executor.call("stream_step", need, payload, self.state.t)
             for m in sorted(done):
@@ -207,8 +217,7 @@ class StreamCoordinator(CoordinatorBase):
                     break
                 m = order.pop(0)
             else:
-                keys = np.array([self.computed[i]["vtime"] if i in self.computed else self.next_time[i]
-                                 for i in range(n)])
+                keys = self._keys()
                 m = int(np.lexsort((np.arange(n), keys))[0])
                 if m not in self.computed:
                     break
