@@ -48,6 +48,11 @@ class FedSoftConfig(AlgorithmConfig):
     sigma: float = Field(1e-4, ge=0.0, le=1.0, description="counter smoother: floor of u_ks")
     prox_weight: float = Field(1.0, ge=0.0, description="lambda of the proximal objective (4)")
     num_centers: int = Field(2, ge=1, description="S of the algorithm; default data.distributions")
+    start: Literal["local", "mixture"] = Field(
+        "local", description="where a selected client's local solve of (4) starts: local, its own persisting "
+        "model w_k (the reference code); mixture, sum_s u_ks c_s of the centers it downloaded (Algorithm 1's "
+        "'download {c_s}' read as a restart)"
+    )
     selection: Literal["sample", "full"] = Field(
         "sample",
         description="sample: K clients per cluster drawn with prob. v_sk, c_s = 1/K average; "

@@ -33,12 +33,14 @@ _COLUMNS = {  # table -> "column:type ..." (s string, i int64, f float64, b bool
     "placement": "run_id:s client:i actor:i node_id:s",
     # CCFL: Algorithm 1's terms of every fresh upload
     "estimation": "run_id:s step:i client:i center:i l:f d1:f d2:f score:f alpha:f rejected:b",
+    # an algorithm's own per-round figures (FedSoft: coupling)
+    "diagnostics": "run_id:s step:i name:s value:f",
 }
 SCHEMAS: dict[str, pa.Schema] = {
     table: pa.schema([(col, _TYPES[kind]) for col, kind in (c.split(":") for c in spec.split())])
     for table, spec in _COLUMNS.items()
 }
-OPTIONAL = {"assignments", "events", "placement", "estimation"}  # written only when there are rows
+OPTIONAL = {"assignments", "events", "placement", "estimation", "diagnostics"}  # written only when there are rows
 
 
 class Recorder:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import raysoft
 from raysoft.algorithms.fedsoft import (
     aggregate_full,
     aggregate_selected,
@@ -15,6 +16,8 @@ from raysoft.algorithms.fedsoft import (
 from raysoft.config import TrainConfig
 from raysoft.optim import SGD
 from raysoft.training import proximal_train
+
+from conftest import small_config
 
 
 def test_importance_weights_count_argmin_samples():
@@ -119,3 +122,27 @@ def test_importance_weights_never_below_sigma(sigma):
     losses = np.random.default_rng(1).random((3, 50))
     u = importance_weights(losses, sigma)
     assert (u >= sigma).all() and u.shape == (3,)
+
+
+def test_coupling_by_hand():
+    from raysoft.algorithms.fedsoft import coupling
+
+    centers = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    u = np.array([[0.5, 0.5], [1.0, 0.0], [0.0, 1.0]])
+    models = {0: torch.tensor([1.0, 3.0]), 2: torch.tensor([2.0, 4.0])}  # client 1 did not train
+    # client 0: mixture (1, 0), distance 3; client 2: mixture (2, 0), distance 4
+    assert coupling(models, u, centers) == pytest.approx(3.5)
+
+
+def test_start_from_the_mixture_and_the_coupling_diagnostic(tmp_path):
+    import pandas as pd
+
+    runs = {start: raysoft.run(small_config(algorithm={"start": start}), out=tmp_path / start)
+            for start in ("local", "mixture")}
+    diag = {start: pd.read_parquet(r.run_dir / "diagnostics.parquet") for start, r in runs.items()}
+    for d in diag.values():  # one coupling figure per round
+        assert list(d.step) == [0, 1, 2, 3] and set(d.name) == {"coupling"} and (d.value > 0).all()
+    # restarting from sum_s u_ks c_s keeps the local models coupled to the centers; the
+    # persisting local models (the reference code's reading) drift away from them
+    assert diag["mixture"].value.mean() < diag["local"].value.mean()
+    assert not runs["mixture"].metrics.value.equals(runs["local"].metrics.value)

@@ -22,7 +22,7 @@ import torch
 
 from ..config import FedSoftConfig
 from ..optim import SGD, Adam
-from ..params import Params, get_flat, mean, weighted_sum
+from ..params import Params, get_flat, mean, set_flat, weighted_sum
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
@@ -69,6 +69,17 @@ def prox_gradient(grad_f: torch.Tensor, w: torch.Tensor, centers: torch.Tensor, 
     return grad_f + lam * (u.sum() * w - u @ centers)
 
 
+def coupling(models: dict[int, Params], u: np.ndarray, centers: torch.Tensor) -> float:
+    """The mean over the clients in ``models`` of ||w_k - sum_s u_ks c_s||: how far each local
+    model ends from the mixture of the centers it was pulled toward (0 when the proximal term
+    holds it there; large when the local models drift on their own)."""
+    if not models:
+        return float("nan")
+    ids = sorted(models)
+    mix = torch.as_tensor(np.asarray(u)[ids], dtype=centers.dtype) @ centers
+    return float(torch.stack([models[k] for k in ids]).sub(mix).norm(dim=1).mean())
+
+
 def aggregate_selected(selected: list[np.ndarray], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """c_s = (1/|Sel_s|) sum_{k in Sel_s} w_k; a cluster that selected nobody keeps its center."""
     rows = []
@@ -109,6 +120,8 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
     lam = payload["prox_weight"]
     u = torch.as_tensor(payload["u"][ctx.client], dtype=torch.float32)
     centers = payload["centers"]
+    if payload.get("start") == "mixture":  # the reading where w_k starts from the downloaded centers
+        set_flat(cs.model, u @ centers)
     # grad h = grad f + lam * (sum_s u_s) * w - lam * sum_s u_s c_s   (equation (5))
     proximal_train(
         cs.model, cs.optimizer, ctx.data.x, ctx.data.y, ctx.info.task, ctx.cfg.train,
@@ -123,6 +136,9 @@ def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient],
     ctx = ctxs[0]
     lam, centers = payload["prox_weight"], payload["centers"]
     u = torch.as_tensor(np.asarray(payload["u"])[[c.client for c in ctxs]], dtype=torch.float32)  # [C, S]
+    if payload.get("start") == "mixture":
+        for cs, row in zip(states, u @ centers):
+            set_flat(cs.model, row)
     rows = batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states],
                                pull_scale=lam * u.sum(dim=1), pull_target=lam * (u @ centers), t=t)
     return states, rows
@@ -165,8 +181,9 @@ class FedSoft(Configured[FedSoftConfig]):
             trainers = sorted({int(k) for sel in selected for k in sel})
         else:
             trainers = everyone
-        payload = {"centers": state.centers, "u": u, "prox_weight": a.prox_weight}
+        payload = {"centers": state.centers, "u": u, "prox_weight": a.prox_weight, "start": a.start}
         models = yield ClientCall("train", trainers, payload)
+        diag["diagnostics"] = {"coupling": coupling(models, u, state.centers)}
         if a.selection == "sample":
             centers = aggregate_selected(selected, models, state.centers)
         else:

@@ -126,6 +126,8 @@ class RoundCoordinator(CoordinatorBase):
             self.state, diag = stop.value
         if diag.get("weights_updated"):
             self._record_weights(t)
+        for name, value in diag.get("diagnostics", {}).items():  # an algorithm's own per-round figures
+            self.recorder.add("diagnostics", step=t, name=name, value=float(value))
         self.round = t + 1
         info: dict[str, Any] = {"round": self.round, "headline": None, "trained": diag.get("trained")}
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
