@@ -168,6 +168,9 @@ class CCFLConfig(AlgorithmConfig):
     adjust_start: float | None = Field(0.5, ge=0.0, le=1.0, description="null: no global adjustment")
     adjust_percentile: float = Field(70.0, ge=0.0, le=100.0)
     rho: float = Field(0.1, ge=0.0, description="weight of the client's proximal term (rho/2)||w - wbar||^2")
+    local_epochs: int | None = Field(
+        None, ge=1, description="H, the local epochs of a client's cycle on objective (2); null: train.local_epochs"
+    )
     client_starts_from_reply: bool = Field(
         True, description="a client trains from the reply it received (also its prox anchor); false: from its "
         "own last local model"

@@ -120,6 +120,16 @@ def test_a_late_joiner_fetches_the_current_tuple_and_its_first_upload_carries_it
     assert first.step - stale == joined_at  # tau, the t of the tuple it fetched
 
 
+def test_local_work_per_cycle_is_a_key(tmp_path, fm):
+    """H (algorithm.local_epochs) sets the epochs of each cycle; by default train.local_epochs."""
+    samples = {}
+    for h in (None, 3):
+        cfg = stream_config(fm, **({} if h is None else {"local_epochs": h}))
+        m = raysoft.run(cfg, out=tmp_path / str(h)).metrics
+        samples[h] = m[m.metric == "samples_trained"].sort_values(["step", "entity"]).value.to_numpy()
+    assert (samples[3] == 3 * samples[None]).all() and samples[None].min() > 0
+
+
 def test_stream_config_errors():
     with pytest.raises(raysoft.ConfigError, match="needs an image dataset"):
         raysoft.load_config(None, ["algorithm.name=ccfl"])

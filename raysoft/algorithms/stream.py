@@ -107,13 +107,13 @@ def client_start(local: Params, reply: Params, settings: CCFLConfig) -> Params:
 
 def client_update(model: nn.Module, optimizer: Adam | SGD, x: torch.Tensor, y: torch.Tensor, task: str,
                   train_cfg: TrainConfig, anchor: Params, rho: float,
-                  rng: np.random.Generator | None = None) -> Params:
+                  rng: np.random.Generator | None = None, epochs: int | None = None) -> Params:
     """Local training on objective (2) from ``model``'s current parameters, in place: the
     local solver with the prox gradient rho w - rho wbar_m added (``anchor`` = wbar_m, the last
-    reply; :func:`client_objective_gradient`). ``optimizer`` must be bound to ``model``'s
-    parameters. Returns the trained vector."""
+    reply; :func:`client_objective_gradient`), for ``epochs`` passes (None: the train
+    section's). ``optimizer`` must be bound to ``model``'s parameters. Returns the trained vector."""
     proximal_train(model, optimizer, x, y, task, train_cfg, pull_scale=float(rho),
-                   pull_target=float(rho) * anchor, rng=rng)
+                   pull_target=float(rho) * anchor, rng=rng, epochs=epochs)
     return get_flat(model)
 
 
@@ -194,9 +194,11 @@ class StreamAlgorithm(Configured[CCFLConfig]):
             tick = time.perf_counter()
             set_flat(ctx.scratch, start)
             cs.optimizer.bind(ctx.scratch.parameters())
+            epochs = a.local_epochs or ctx.cfg.train.local_epochs  # H, the local work of a cycle
             start = client_update(ctx.scratch, cs.optimizer, cs.data.x, cs.data.y, ctx.info.task, ctx.cfg.train,
-                                  anchor, a.rho, rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle))
-            samples += len(cs.data) * ctx.cfg.train.local_epochs
+                                  anchor, a.rho, rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle),
+                                  epochs=epochs)
+            samples += len(cs.data) * epochs
             train_s += time.perf_counter() - tick
             if (a.upload_policy == "clock" or cs.uploaded_shares is None or silent >= a.max_silent_ticks
                     or total_variation(cs.data.shares, cs.uploaded_shares) >= a.shift_threshold):
