@@ -187,7 +187,14 @@ class CCFLConfig(AlgorithmConfig):
         description="each client's upload clock: exponential gaps with a rate drawn from U[min, max]",
     )
     drift: bool = Field(True, description="fresh data after every cycle; false: the first dataset stays")
-    rest_split: Literal["dirichlet", "uniform"] = "dirichlet"
+    rest_split: Literal["dirichlet", "uniform", "some"] = Field(
+        "dirichlet", description="how a client's non-main share is split over the other clusters: Dirichlet(1) over "
+        "all of them, equally, or Dirichlet(1) over a random non-empty subset of them (the others get 0)"
+    )
+    validation: Literal["shared", "disjoint"] = Field(
+        "shared", description="the server's validation sets D_k: its pre-training images (shared), or as many "
+        "other images of the cluster (disjoint), so that F(w_k; D_k) is not a training loss"
+    )
     upload_policy: Literal["clock", "shift"] = Field(
         "clock", description="clock: upload at every tick of the client's clock; shift: at a tick, upload only "
         "if the data's mixture moved by >= shift_threshold (total variation) since the last upload, else "

@@ -48,6 +48,40 @@ def test_drifting_data_follows_the_paper(fm):
     assert (torch_eq.x == a.x).all()  # reproducible
 
 
+def _drift(fm, **kw) -> DriftingImages:
+    return DriftingImages(DataConfig(name="fmnist", clients=6, distributions=4, partition="random", samples_min=10,
+                                     samples_max=20, root=str(fm), test_samples=4), seed=0, public_samples=3, **kw)
+
+
+def _rows(x) -> set[bytes]:
+    return {row.numpy().tobytes() for row in x.reshape(len(x), -1)}
+
+
+def test_disjoint_validation_sets_share_no_image_with_pre_training_or_tests(fm):
+    shared, disjoint = _drift(fm), _drift(fm, validation="disjoint")
+    for s in range(4):
+        assert _rows(shared.validation(s)[0]) == _rows(shared.public(s)[0])  # D_k = the pre-training images
+        val, pub = _rows(disjoint.validation(s)[0]), _rows(disjoint.public(s)[0])
+        assert len(disjoint.validation(s)[1]) == 3 and not val & pub
+        assert not val & _rows(disjoint.holdout(s)[0])
+    tests = _rows(disjoint.cycle(0, 0).test_x)
+    assert not tests & set().union(*(_rows(disjoint.validation(s)[0]) | _rows(disjoint.public(s)[0]) for s in range(4)))
+
+
+def test_the_rest_from_some_of_the_other_clusters(fm):
+    d = _drift(fm, rest_split="some")
+    zeros = 0
+    for m in range(6):
+        for c in range(20):
+            _, shares = d.shares(m, c)
+            assert shares.sum() == pytest.approx(1.0) and 0.4 <= shares[m % 4] <= 0.9
+            others = np.delete(shares, m % 4)
+            assert (others > 0).any()
+            zeros += int((others == 0).any())
+    assert zeros > 0  # some other clusters get no share at all (never with dirichlet)
+    assert all((np.delete(_drift(fm).shares(m, c)[1], m % 4) > 0).all() for m in range(6) for c in range(20))
+
+
 @pytest.mark.parametrize("name", ["ccfl", "fedsoft_async"])
 def test_stream_writes_the_contract(tmp_path, fm, name):
     r = raysoft.run(stream_config(fm, name), out=tmp_path)

@@ -131,7 +131,7 @@ class StreamAlgorithm(Configured[CCFLConfig]):
     # ------------------------------------------------------------------ client half
     def init_client(self, ctx: ClientContext) -> StreamClient:
         a = self.settings
-        drift = DriftingImages(ctx.cfg.data, ctx.cfg.seed, a.public_samples, a.rest_split)
+        drift = DriftingImages(ctx.cfg.data, ctx.cfg.seed, a.public_samples, a.rest_split, a.validation)
         return StreamClient(client=ctx.client, drift=drift,
                             optimizer=make_optimizer(ctx.cfg.train, ctx.scratch.parameters()))
 

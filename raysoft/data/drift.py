@@ -44,11 +44,15 @@ class CycleData:
 class DriftingImages:
     """Per-(client, cycle) datasets, the server's public sets, and cluster test sets."""
 
-    def __init__(self, cfg: DataConfig, seed: int, public_samples: int, rest_split: str = "dirichlet") -> None:
+    def __init__(self, cfg: DataConfig, seed: int, public_samples: int, rest_split: str = "dirichlet",
+                 validation: str = "shared") -> None:
         if cfg.name not in DATASETS:
             raise ValueError(f"streams need an image dataset, not {cfg.name!r}")
         self.cfg, self.seed = cfg, seed
-        self.public_samples, self.rest_split = public_samples, rest_split
+        self.public_samples, self.rest_split, self.validation_split = public_samples, rest_split, validation
+        # test-split images the server keeps per cluster: its pre-training set, and a validation
+        # set of the same size after it when the two are disjoint
+        self.reserved = public_samples * (2 if validation == "disjoint" else 1)
         self.root = default_root(cfg.name, cfg.root)
         self.specs = distribution_specs(cfg.name, cfg.distributions, cfg.rotations)
         shape, classes = DATASETS[cfg.name]
@@ -72,7 +76,15 @@ class DriftingImages:
             out[0] = 1.0
             return n, out
         share = rng.uniform(0.4, 0.9)
-        rest = rng.dirichlet(np.ones(k - 1)) if self.rest_split == "dirichlet" else np.full(k - 1, 1.0 / (k - 1))
+        if self.rest_split == "dirichlet":
+            rest = rng.dirichlet(np.ones(k - 1))
+        elif self.rest_split == "uniform":
+            rest = np.full(k - 1, 1.0 / (k - 1))
+        else:  # "some": the rest from a random non-empty subset of the other clusters, Dirichlet(1) over it
+            size = int(rng.integers(1, k))
+            chosen = rng.choice(k - 1, size=size, replace=False)
+            rest = np.zeros(k - 1)
+            rest[chosen] = rng.dirichlet(np.ones(size))
         out[main] = share
         out[[s for s in range(k) if s != main]] = (1.0 - share) * rest
         return n, out
@@ -93,8 +105,8 @@ class DriftingImages:
             if split == "train":
                 idx = rng.choice(len(pool.train_y), size=int(c), replace=False)
                 x, y = pool.train_x[idx], pool.train_y[idx]
-            else:  # client tests: the test split minus the server's public images
-                rest = self._test_perm(s)[self.public_samples :]
+            else:  # client tests: the test split minus the server's images
+                rest = self._test_perm(s)[self.reserved :]
                 idx = rest[rng.choice(len(rest), size=int(c), replace=len(rest) < c)]
                 x, y = pool.test_x[idx], pool.test_y[idx]
             xs.append(rotate(_to_float(x), angle))
@@ -118,10 +130,20 @@ class DriftingImages:
         idx = self._test_perm(s)[: self.public_samples]
         return rotate(_to_float(pool.test_x[idx]), angle), torch.from_numpy(pool.test_y[idx])
 
-    def holdout(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cluster s's test set (``data.test_samples``), disjoint from the public images."""
+    def validation(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The server's validation set D_k of cluster s: its public set (``shared``), or as many
+        other images (``disjoint``), so that F(w_k; D_k) is not a training loss."""
+        if self.validation_split != "disjoint":
+            return self.public(s)
         base, angle = self.specs[s]
         pool = load_pools(self.cfg.name, self.root)[base]
-        rest = self._test_perm(s)[self.public_samples :]
+        idx = self._test_perm(s)[self.public_samples : self.reserved]
+        return rotate(_to_float(pool.test_x[idx]), angle), torch.from_numpy(pool.test_y[idx])
+
+    def holdout(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cluster s's test set (``data.test_samples``), disjoint from the server's images."""
+        base, angle = self.specs[s]
+        pool = load_pools(self.cfg.name, self.root)[base]
+        rest = self._test_perm(s)[self.reserved :]
         idx = rest[: self.cfg.test_samples]
         return rotate(_to_float(pool.test_x[idx]), angle), torch.from_numpy(pool.test_y[idx])

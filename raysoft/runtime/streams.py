@@ -52,11 +52,11 @@ class StreamCoordinator(CoordinatorBase):
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
         self.a: CCFLConfig = algorithm.settings
-        self.drift = DriftingImages(cfg.data, cfg.seed, self.a.public_samples, self.a.rest_split)
+        self.drift = DriftingImages(cfg.data, cfg.seed, self.a.public_samples, self.a.rest_split, self.a.validation)
         self.info = self.drift.info
         self.scratch = build_model(cfg.model, self.info)
         self.initial_models = pretrain(cfg, self.a, self.drift, self.info)
-        self.val_sets = [self.drift.public(s) for s in range(self.drift.num_clusters)]
+        self.val_sets = [self.drift.validation(s) for s in range(self.drift.num_clusters)]
         self.holdouts = [self.drift.holdout(s) for s in range(self.drift.num_clusters)]
         lo, hi = self.a.upload_rate
         self.rates = np.array([numpy_rng(cfg.seed, "clock-rate", m).uniform(lo, hi) for m in range(cfg.data.clients)])
