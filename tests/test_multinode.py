@@ -306,7 +306,9 @@ def test_local_sh_stop_ends_its_cluster_and_nothing_else(tmp_path):
 
         stop = subprocess.run([script, "stop"], env=env_a, timeout=120, capture_output=True, text=True)
         assert stop.returncode == 0, stop.stderr
-        survivors = sorted(p for p in pids_a | recorded if _live(p))
+        deadline = time.time() + 15  # a process still in its exit path (no cmdline yet, not yet a zombie)
+        while (survivors := sorted(p for p in pids_a | recorded if _live(p))) and time.time() < deadline:
+            time.sleep(0.2)
         assert not survivors, [(p, _cmdline(p)[:120]) for p in survivors]
         still = [x for x in _listeners() if (x[1], x[2]) in listening_a or x[2] in (6431, 8331, 6432, 52431, 52432)]
         assert not still, still
