@@ -31,8 +31,8 @@ from ..interrupts import keep_sigterm_handler
 from . import auth
 from .plan import Cluster, Plan, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
-# The driver imports neither torch nor the runtime (hundreds of MB per process; docs/performance.md): the
-# coordinator and client actors import them in their own processes.
+# The driver imports neither torch nor the runtime (hundreds of MB per process;
+# docs/performance.md): the coordinator and client actors import them in their own processes.
 
 log = logging.getLogger(__name__)
 
