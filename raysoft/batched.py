@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, vmap
 
 from .config import TrainConfig
 from .optim import SGD, Adam

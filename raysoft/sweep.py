@@ -200,7 +200,6 @@ def _cell(value: Any) -> Any:
 def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
           runs: Path, address: str | None, resuming: bool) -> dict[int, dict[str, Any]]:
     """Run the trials on Ray Tune; return each finished trial's reported row by index."""
-    import ray
     from ray import tune
 
     from .backends.ray_backend import connect, shutdown

@@ -133,7 +133,6 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
 
 def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient], payload: dict[str, Any], t: int):
     """:func:`client_train` for several clients of one host at once (:mod:`raysoft.batched`)."""
-    ctx = ctxs[0]
     lam, centers = payload["prox_weight"], payload["centers"]
     u = torch.as_tensor(np.asarray(payload["u"])[[c.client for c in ctxs]], dtype=torch.float32)  # [C, S]
     if payload.get("start") == "mixture":
