@@ -38,7 +38,10 @@ import pandas as pd
 import yaml
 from pydantic import Field, ValidationError
 
+from .api import check_data
+from .backends.plan import slots
 from .config import Config, ConfigError, Section, _format_error, apply_overrides, load_raw, parse_config
+from .errors import RunStopped
 
 SPEC = "sweep.yaml"  # the resolved sweep, in the sweep directory
 
@@ -134,7 +137,8 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
 
 
 def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: str) -> None:
-    """A Tune trainable: run trial ``params['index']`` (or reuse its finished run) and report."""
+    """A Tune trainable: run trial ``params['index']`` (or reuse its finished run) and report
+    that it finished (its figures are read from its run directory)."""
     from ray import tune
 
     from .api import run
@@ -146,8 +150,7 @@ def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: st
         if final.exists():  # an unfinished run of an interrupted sweep
             shutil.rmtree(final)
         run(parse_config(cfg_dicts[index]), out=runs, dir_name=name)
-    summary = json.loads((final / "summary.json").read_text())
-    tune.report({"index": index, **_flatten(summary), **final_metrics(final)})
+    tune.report({"index": index})
 
 
 def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, address: str | None = None,
@@ -166,7 +169,8 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
         spec, base = load_spec(spec_path)
     points = trial_points(spec)
     actors = spec.trial.actors
-    cfgs = [trial_config(base, point, actors) for point in points]  # every trial checked before Ray starts
+    # every trial's config, data files and model fit checked before Ray starts
+    cfgs = [check_data(trial_config(base, point, actors)) for point in points]
     if resume is None:
         from .api import _prepare_out
 
@@ -178,13 +182,14 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
         (sweep_dir / SPEC).write_text(yaml.safe_dump(resolved, sort_keys=False))
     runs = sweep_dir / "runs"
     runs.mkdir(exist_ok=True)
-    table = _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
-                  address or cfgs[0].ray.address, resume is not None)
+    _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
+          address or cfgs[0].ray.address, resume is not None)
     rows = []
     for i, point in enumerate(points):
-        found = table.get(i, {})
-        rows.append({"trial": i, **{f"grid.{k}": _cell(v) for k, v in point.items()},
-                     "run_dir": str(runs / f"trial-{i:03d}"), **{k: v for k, v in found.items() if k != "index"}})
+        run_dir = runs / f"trial-{i:03d}"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        rows.append({"trial": i, **{f"grid.{k}": _cell(v) for k, v in point.items()}, "run_dir": str(run_dir),
+                     **_flatten(summary), **final_metrics(run_dir)})
     df = pd.DataFrame(rows)
     tmp = sweep_dir / ".sweep.parquet.tmp"
     df.to_parquet(tmp, index=False)
@@ -197,15 +202,46 @@ def _cell(value: Any) -> Any:
     return json.dumps(value) if isinstance(value, (list, dict)) else value
 
 
+def fits(reservation: list[dict[str, float]], cluster: Any) -> str | None:
+    """Why ``cluster``'s nodes can never hold one trial's reservation (its first bundle, the
+    trial's own, and identical bundles for its client actors, each on one node, the bundles on
+    a node within its resources), or None if they can."""
+    head, actor = reservation[0], reservation[1:]
+    nodes = [{k: float(n.get(k, 0.0)) for k in ("CPU", "GPU")} for n in cluster.nodes]
+    for i, node in enumerate(nodes):  # the trial's own bundle on node i, the actors wherever they fit
+        if all(node.get(k, 0.0) + 1e-9 >= v for k, v in head.items()):
+            rest = [dict(n) for n in nodes]
+            for k, v in head.items():
+                rest[i][k] -= v
+            if not actor or slots(rest, actor[0].get("CPU", 0.0), actor[0].get("GPU", 0.0)) >= len(actor):
+                return None
+    need = {k: sum(b.get(k, 0.0) for b in reservation) for k in ("CPU", "GPU")}
+    gpus = f" and {need['GPU']:g} GPUs" if need["GPU"] else ""
+    return (f"sweep: a trial reserves {need['CPU']:g} CPUs{gpus} (1 for the trial, trial.actors x "
+            f"ray.num_cpus_per_actor for its client actors), more than {cluster.describe()} can hold; "
+            "lower trial.actors or ray.num_cpus_per_actor / num_gpus_per_actor")
+
+
 def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
-          runs: Path, address: str | None, resuming: bool) -> dict[int, dict[str, Any]]:
-    """Run the trials on Ray Tune; return each finished trial's reported row by index."""
+          runs: Path, address: str | None, resuming: bool) -> None:
+    """Run the trials on Ray Tune (refusing a reservation the cluster can never hold, before a
+    local Ray starts); a trial that did not finish stops the sweep, resumable."""
     from ray import tune
 
-    from .backends.ray_backend import connect, shutdown
+    from .backends.ray_backend import connect, joined_cluster, local_cluster, shutdown
 
-    started = connect(cfgs[0].ray.model_copy(update={"address": address}))
+    rc = cfgs[0].ray.model_copy(update={"address": address})
+    if not (address or os.environ.get("RAY_ADDRESS")):  # a local Ray: known before it starts
+        local = local_cluster(rc)
+        why = fits(reservation, local) if local is not None else None
+        if why:
+            raise ConfigError(why)
+    started = connect(rc)
     try:
+        cluster = joined_cluster()
+        why = fits(reservation, cluster)
+        if why and not cluster.can_grow:
+            raise ConfigError(why)
         trainable = tune.with_resources(
             tune.with_parameters(_run_trial, cfg_dicts=[c.to_dict() for c in cfgs], runs=str(runs)),
             resources=tune.PlacementGroupFactory(reservation),
@@ -220,27 +256,12 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
                 tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent),
                 run_config=tune.RunConfig(name="trials", storage_path=storage, verbose=0),
             )
-        grid = tuner.fit()
-        out: dict[int, dict[str, Any]] = {}
-        for result in grid:
-            if result.error is None and result.metrics and "index" in result.metrics:
-                out[int(result.metrics["index"])] = {k: v for k, v in result.metrics.items()
-                                                     if k == "index" or not _tune_key(k)}
-        failed = [i for i in range(len(cfgs)) if i not in out]
+        tuner.fit()
+        failed = [i for i in range(len(cfgs)) if not (runs / f"trial-{i:03d}" / "summary.json").is_file()]
         if failed:
-            raise RuntimeError(f"sweep: trial {failed[0]} failed ({len(failed)} of {len(cfgs)}); "
-                               f"`raysoft sweep --resume {sweep_dir}` runs the unfinished trials again")
-        return out
+            raise RunStopped(f"sweep: trial {failed[0]} did not finish ({len(failed)} of {len(cfgs)}); its error is "
+                             f"in {sweep_dir / 'tune'}; `raysoft sweep --resume {sweep_dir}` runs the unfinished "
+                             "trials again")
     finally:
         if started:
             shutdown()
-
-
-_TUNE_KEYS = {"timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date", "time_this_iter_s",
-              "time_total_s", "pid", "hostname", "node_ip", "time_since_restore", "iterations_since_restore",
-              "config", "experiment_tag"}
-
-
-def _tune_key(key: str) -> bool:
-    """A column Tune adds to every report (not raysoft's)."""
-    return key in _TUNE_KEYS or key.startswith("config/")

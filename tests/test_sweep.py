@@ -81,3 +81,33 @@ def test_a_two_by_two_sweep_runs_four_trials_and_writes_its_table(tmp_path, ray_
     sweep(resume=path)
     assert (path / "runs" / "trial-002" / "summary.json").stat().st_mtime_ns == before
     assert pd.read_parquet(path / "sweep.parquet").equals(table)
+
+
+def test_a_trial_reservation_the_cluster_can_never_hold_is_refused_in_one_line():
+    from raysoft.backends.plan import Cluster
+    from raysoft.sweep import fits
+
+    two = Cluster(({"CPU": 2.0},), name="the local Ray")
+    assert fits([{"CPU": 1.0}, {"CPU": 1.0}], two) is None
+    why = fits([{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}], two)
+    assert "a trial reserves 3 CPUs" in why and "the local Ray (2 CPUs, no GPU)" in why and "\n" not in why
+    # every bundle on one node: two 1-CPU nodes cannot hold a 2-CPU actor bundle
+    assert fits([{"CPU": 1.0}, {"CPU": 2.0}], Cluster(({"CPU": 2.0}, {"CPU": 1.0}))) is None
+    assert fits([{"CPU": 2.0}, {"CPU": 2.0}], Cluster(({"CPU": 2.0}, {"CPU": 1.0}, {"CPU": 1.0}))) is not None
+    assert "and 1 GPUs" in fits([{"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}], two)
+    # fractions of a GPU within one GPU, as Ray hands them out
+    gpu = Cluster(({"CPU": 8.0, "GPU": 1.0},))
+    assert fits([{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 0.25}] * 4, gpu) is None
+    assert fits([{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 0.25}] * 5, gpu) is not None
+    two_gpus = Cluster(({"CPU": 8.0, "GPU": 2.0},))  # 0.4 GPU: two per GPU, never one across two GPUs
+    assert fits([{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 0.4}] * 4, two_gpus) is None
+    assert fits([{"CPU": 1.0}] + [{"CPU": 1.0, "GPU": 0.4}] * 5, two_gpus) is not None
+
+
+def test_a_sweep_too_big_for_the_local_ray_is_refused_before_it_starts(tmp_path, capsys):
+    from raysoft.cli import main
+
+    path = write_sweep(tmp_path, trial={"actors": 3}, set=["ray.num_cpus=2"])
+    assert main(["sweep", path, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "a trial reserves 4 CPUs" in err[0]
