@@ -25,18 +25,20 @@ def default_token_path() -> Path:
     return Path.home() / ".ray" / "auth_token"
 
 
+def holds_token(path: Path) -> bool:
+    return path.is_file() and bool(path.read_text().strip())
+
+
 def find_token() -> str | None:
     """Where the token Ray will use comes from (the variable or file), or None."""
     if os.environ.get(TOKEN, "").strip():
         return TOKEN
     named = os.environ.get(TOKEN_PATH)
     if named:
-        path = Path(named).expanduser()
-        if not path.is_file() or not path.read_text().strip():
+        if not holds_token(Path(named).expanduser()):
             raise ConfigError(f"{TOKEN_PATH}: {named!r} is not a file holding a token")
-        return str(path)
-    path = default_token_path()
-    return str(path) if path.is_file() and path.read_text().strip() else None
+        return str(Path(named).expanduser())
+    return str(default_token_path()) if holds_token(default_token_path()) else None
 
 
 def write_private(path: Path, text: str) -> None:
@@ -58,7 +60,7 @@ def make_private(path: Path) -> None:
 def use_token_file(path: str) -> None:
     """``--token-file``: the cluster's token is in ``path``."""
     p = Path(path).expanduser()
-    if not p.is_file() or not p.read_text().strip():
+    if not holds_token(p):
         raise ConfigError(f"--token-file: {path!r} is not a file holding a token")
     os.environ[TOKEN_PATH] = str(p.absolute())
 

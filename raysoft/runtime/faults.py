@@ -8,18 +8,12 @@ as long from that round on (applied where the client runs: :func:`slowdown`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..config import Fault
-
-
-class Killable(Protocol):
-    def kill(self, actor: int) -> None:
-        """Kill one client actor (its next call fails as a dead actor's would)."""
-        ...
 
 
 def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
@@ -46,7 +40,7 @@ class FaultInjector:
     """An executor that injects the config's faults into the one it wraps."""
 
     def __init__(self, inner: Any, faults: Sequence[Fault]) -> None:
-        self.inner = inner  # an Executor that is also Killable
+        self.inner = inner  # an Executor with ``kill(actor)`` (both backends have one)
         self.faults = list(faults)
         self.fired: set[int] = set()  # kill faults already triggered (never re-fired after a restore)
         self.on_event: EventFn = lambda *a, **k: None  # the coordinator's event recorder
