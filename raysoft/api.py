@@ -88,9 +88,9 @@ def _replace(cfg: Config, section: str, **values: Any) -> Config:
 
 def check_data(cfg: Config) -> Config:
     """Fail before anything starts if the dataset's files are missing or not in their format, or
-    the model does not fit the data; pin the resolved data folder into the config so that workers on other nodes do
-    not depend on this environment. Imports neither torch nor torchvision (the driver of a Ray
-    run then never does)."""
+    the model does not fit the data; pin the resolved data folder into the config so that
+    workers on other nodes do not depend on this environment. Imports neither torch nor
+    torchvision (the driver of a Ray run then never does)."""
     from .datafiles import (IMAGE_DATASETS, DataFileError, MissingDataError, data_kind, default_root, model_misfit,
                             verify_files)
 

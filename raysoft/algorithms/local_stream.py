@@ -26,10 +26,6 @@ class LocalStream(StreamAlgorithm):
         assert cs.local is not None
         return cs.local, None, 0  # the client's own model is its anchor
 
-    def start_from(self, cs: StreamClient, anchor: Params) -> Params:
-        assert cs.local is not None
-        return cs.local.clone()
-
     def upload(self, cs: StreamClient, mu: np.ndarray | None) -> tuple[Params | None, int]:
         return None, 0
 
