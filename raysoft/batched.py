@@ -10,6 +10,15 @@ epoch has fewer batches sits out the extra steps (no gradient, no optimizer step
 last batch is padded and masked, its loss the mean over its real samples. The result equals the
 per-client loop up to float rounding (tested).
 
+Lockstep pays for padding: every client of a call is padded to the call's longest epoch. The
+clients are therefore trained in buckets of similar epoch length (:func:`buckets`: within a
+bucket the longest padded epoch is at most ``BUCKET_RATIO`` times the shortest), so the samples
+computed stay within that ratio of the padded epochs the clients need, however heavy-tailed the
+client sizes (full-batch steps on FPFC's lognormal sizes padded every device to the largest one,
+8-19x the arithmetic). Buckets are formed from the clients' own sizes, and each client's numbers
+come from its own data, stream and state, so a client's result does not depend on which other
+clients share its call.
+
 It pays where the per-step cost of a small model is Python and dispatch overhead (the linear
 models of the synthetic workloads); on a CPU a CNN's arithmetic dominates and batching does not
 help (``train.batched_clients: auto`` chooses by model;
@@ -31,6 +40,7 @@ from .optim import SGD, Adam
 from .training import batch_order, per_sample_loss
 
 BATCHED_MODELS = ("linear", "logistic")  # auto: where batching measured faster
+BUCKET_RATIO = 1.3  # longest / shortest padded epoch within one bucket
 
 
 def can_batch(model: nn.Module) -> str | None:
@@ -90,6 +100,33 @@ def _unstack_state(opts: Sequence[Adam | SGD], values: torch.Tensor, attr: str, 
         setattr(o, attr, out)
 
 
+def padded_epoch(n: int, batch_size: int | None) -> int:
+    """Samples one epoch of an ``n``-sample client computes: whole batches (one full batch if
+    ``batch_size`` is None)."""
+    return n if batch_size is None else -(-n // batch_size) * batch_size
+
+
+def buckets(lengths: Sequence[int], ratio: float = BUCKET_RATIO) -> list[list[int]]:
+    """Indices of ``lengths`` grouped so that within a group max <= ratio * min: sorted by length
+    (ties by index), a new group starts where a length exceeds ``ratio`` times its group's first."""
+    out: list[list[int]] = []
+    first = 0
+    for i in sorted(range(len(lengths)), key=lambda k: (lengths[k], k)):
+        if not out or lengths[i] > ratio * first:
+            out.append([])
+            first = lengths[i]
+        out[-1].append(i)
+    return out
+
+
+def padding_ratio(ns: Sequence[int], batch_size: int | None, ratio: float = BUCKET_RATIO) -> float:
+    """Samples computed by bucketed lockstep training over the samples of the clients' padded
+    epochs (1.0: no padding beyond each client's own last batch)."""
+    lengths = [padded_epoch(n, batch_size) for n in ns]
+    done = sum(len(g) * max(lengths[i] for i in g) for g in buckets(lengths, ratio))
+    return done / max(1, sum(lengths))
+
+
 def batched_proximal_train(
     model: nn.Module,
     start: torch.Tensor,
@@ -107,8 +144,36 @@ def batched_proximal_train(
     ``model`` is a scratch module giving the architecture; ``opts`` are the clients' lean
     optimizers (their state is read and written back; all of one kind and settings);
     ``pull_scale`` [C] and ``pull_target`` [C, d] add ``pull_scale * w - pull_target`` to each
-    client's gradient, as in :func:`~raysoft.training.proximal_train`.
+    client's gradient, as in :func:`~raysoft.training.proximal_train`. The clients are trained
+    in lockstep within each of :func:`buckets` of their padded epoch lengths.
     """
+    groups = buckets([padded_epoch(int(y.shape[0]), cfg.batch_size) for y in ys])
+    if len(groups) == 1:
+        return _lockstep_train(model, start, opts, xs, ys, task, cfg, rngs, pull_scale, pull_target)
+    w = torch.empty_like(start)
+    for g in groups:
+        rows = torch.tensor(g)
+        w[rows] = _lockstep_train(
+            model, start[rows], [opts[i] for i in g], [xs[i] for i in g], [ys[i] for i in g], task, cfg,
+            [rngs[i] for i in g], None if pull_scale is None else pull_scale[rows],
+            None if pull_target is None else pull_target[rows],
+        )
+    return w
+
+
+def _lockstep_train(
+    model: nn.Module,
+    start: torch.Tensor,
+    opts: Sequence[Adam | SGD],
+    xs: Sequence[torch.Tensor],
+    ys: Sequence[torch.Tensor],
+    task: str,
+    cfg: TrainConfig,
+    rngs: Sequence[np.random.Generator | None],
+    pull_scale: torch.Tensor | None,
+    pull_target: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`batched_proximal_train` of one bucket: every client padded to the longest epoch."""
     num, d = start.shape
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from raysoft.batched import batched_proximal_train, can_batch, use_batched
+from raysoft.batched import batched_proximal_train, buckets, can_batch, padding_ratio, use_batched
 from raysoft.config import TrainConfig
 from raysoft.models import ConvNet, LinearRegression, Logistic
 from raysoft.optim import SGD, Adam
@@ -84,14 +84,48 @@ def _args(arch):
 
 
 def test_a_client_with_fewer_batches_sits_out_the_extra_steps():
-    """Client 1 has one batch an epoch, client 0 three: client 1's Adam takes 2 steps in 2 epochs."""
+    """One bucket (6 and 5 batches of 1: 6 <= 1.3 * 5): client 1 sits out one step an epoch, so
+    its Adam takes 10 steps in 2 epochs to client 0's 12; a client with 2 batches goes into its
+    own bucket and takes 4."""
     model = LinearRegression(3)
-    cfg = TrainConfig(optimizer="adam", lr=0.1, batch_size=2, local_epochs=2)
-    xs, ys = _clients([6, 2], (3,), "regression")
-    opts = [Adam(copy.deepcopy(model).parameters(), lr=0.1) for _ in range(2)]
-    start = torch.zeros(2, get_flat(model).numel())
-    batched_proximal_train(model, start, opts, xs, ys, "regression", cfg, [None, None])
-    assert [o.steps for o in opts] == [6, 2]
+    cfg = TrainConfig(optimizer="adam", lr=0.1, batch_size=1, local_epochs=2)
+    xs, ys = _clients([6, 5, 2], (3,), "regression")
+    opts = [Adam(copy.deepcopy(model).parameters(), lr=0.1) for _ in range(3)]
+    start = torch.zeros(3, get_flat(model).numel())
+    batched_proximal_train(model, start, opts, xs, ys, "regression", cfg, [None, None, None])
+    assert [o.steps for o in opts] == [12, 10, 4]
+
+
+def test_buckets_bound_the_padding():
+    assert buckets([100, 10, 12, 13, 14, 130, 131]) == [[1, 2, 3], [4], [0, 5], [6]]
+    assert buckets([5, 5, 5]) == [[0, 1, 2]]
+    # full batch: 10, 12, 13 padded to 13 (39), 14 alone, 100 and 130 padded to 130, 131 alone
+    assert padding_ratio([100, 10, 12, 13, 14, 130, 131], None) == pytest.approx((39 + 14 + 260 + 131) / 410)
+    # batches of 10: 23 -> 30 and 37 -> 40 (40 > 1.3 * 30: two buckets), 10 alone
+    assert padding_ratio([23, 10, 37], 10) == 1.0
+    # one lockstep call padded everything to 131: 7 * 131 / 410 = 2.24
+    sizes = np.random.default_rng(0).lognormal(6, 1.5, 100).astype(int) + 1
+    assert padding_ratio(sizes, None) <= 1.3
+
+
+def test_full_batch_heavy_tailed_clients_equal_the_loop():
+    """Full-batch steps on sizes spread over many buckets: every client as if trained alone."""
+    sizes = [3, 40, 5, 200, 41, 7, 90]
+    model, task = Logistic(4, 3), "classification"
+    cfg = TrainConfig(optimizer="sgd", lr=0.1, batch_size=None, local_epochs=3)
+    xs, ys = _clients(sizes, (4,), task)
+    torch.manual_seed(2)
+    start = torch.stack([get_flat(Logistic(4, 3)) for _ in sizes])
+    expected = []
+    for c in range(len(sizes)):
+        m = copy.deepcopy(model)
+        set_flat(m, start[c])
+        proximal_train(m, SGD(m.parameters(), lr=0.1), xs[c], ys[c], task, cfg, rng=None)
+        expected.append(get_flat(m))
+    opts = [SGD(copy.deepcopy(model).parameters(), lr=0.1) for _ in sizes]
+    got = batched_proximal_train(model, start, opts, xs, ys, task, cfg, [None] * len(sizes))
+    assert len(buckets(sizes)) == 6
+    torch.testing.assert_close(got, torch.stack(expected), rtol=1e-5, atol=1e-6)
 
 
 def test_use_batched_by_model_and_mode():
@@ -116,9 +150,10 @@ def test_a_channels_last_model_is_the_same_function_and_vector():
     assert fast.features[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert not fast.features[3].weight.is_contiguous()
     assert torch.equal(get_flat(plain), get_flat(fast))  # the logical order, whatever the layout
-    x = torch.rand(5, 1, 28, 28)
+    g = torch.Generator().manual_seed(4)  # not the global stream: other tests move it
+    x = torch.rand(5, 1, 28, 28, generator=g)
     torch.testing.assert_close(fast(x), plain(x), rtol=1e-5, atol=1e-5)
-    vec = torch.randn_like(get_flat(plain))
+    vec = 0.1 * torch.randn(get_flat(plain).shape, generator=g)
     set_flat(fast, vec)
     set_flat(plain, vec)
     assert torch.equal(get_flat(fast), vec)
