@@ -28,7 +28,7 @@ import pandas as pd
 
 from .api import _prepare_out, check_resources, is_uri, run
 from .config import ALGORITHM_CONFIGS, STREAM_ALGORITHMS, Config, ConfigError, parse_config
-from .report.analysis import local_means
+from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
 from .report.markdown import comparison_markdown
 
@@ -83,8 +83,11 @@ def _row(name: str, run: RunData) -> list[dict[str, Any]]:
     s = run.summary
     metric = s["metric"]
     local, mixture = local_means(run)
+    r = regime(run)
     common = {"algorithm": name, "metric": metric, "local_mean": local, "local_mean_mixture": mixture,
-              "weight_mae": s.get("weight_mae"), "run_dir": run.name}
+              "weight_mae": s.get("weight_mae"), "run_dir": run.name,
+              **{k: r.get(k) for k in ("optimizer", "lr", "momentum", "batch_size", "local_epochs")},
+              "regime": regime_text(r)}
     dists = s.get("distributions") or []
     if not dists:
         return [{**common, "distribution": None, "best_center": None, "best_center_metric": None}]

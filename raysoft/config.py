@@ -547,13 +547,53 @@ def _format_error(err: ValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
+REGIME_SECTIONS = ("algorithm", "train", "model")
+
+
+def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` without its ``regimes`` key, and with the regime of its own algorithm merged into
+    its sections. ``regimes`` maps an algorithm name to the ``algorithm``, ``train`` and ``model``
+    keys that algorithm runs with (its own reference code's optimiser, say), so that one job file
+    runs every method of a comparison in its own regime on the same data; a regime's keys win over
+    the sections' (and over ``--set``). The resolved config records the merged sections only."""
+    out = dict(raw)
+    regimes = out.pop("regimes", None)
+    if regimes is None:
+        return out
+    if not isinstance(regimes, Mapping):
+        raise ConfigError("regimes: must be a mapping of algorithm name -> sections")
+    for name, regime in regimes.items():
+        if name not in ALGORITHM_CONFIGS:
+            raise ConfigError(f"regimes.{name}: unknown algorithm (known: {', '.join(sorted(ALGORITHM_CONFIGS))})")
+        if not isinstance(regime, Mapping):
+            raise ConfigError(f"regimes.{name}: must be a mapping of sections")
+        for section, keys in regime.items():
+            if section not in REGIME_SECTIONS:
+                raise ConfigError(f"regimes.{name}.{section}: a regime sets only {', '.join(REGIME_SECTIONS)} keys "
+                                  "(the data, seed and resources stay the comparison's)")
+            if not isinstance(keys, Mapping) or "name" in keys:
+                raise ConfigError(f"regimes.{name}.{section}: must be a mapping of keys (without 'name')")
+    algo = out.get("algorithm", {})
+    name = algo.name if isinstance(algo, Section) else algo.get("name", "fedsoft") if isinstance(algo, Mapping) else None
+    for section, keys in (regimes.get(name) or {}).items():
+        current = out.get(section, {})
+        if isinstance(current, Section):
+            current = current.model_dump()
+        if not isinstance(current, Mapping):
+            raise ConfigError(f"{section}: must be a mapping")
+        out[section] = {**current, **keys}
+    return out
+
+
 def parse_config(raw: Mapping[str, Any] | None) -> Config:
-    """Validate a config mapping; raise :class:`ConfigError` with a one-line message."""
+    """Validate a config mapping (after :func:`apply_regime`); raise :class:`ConfigError` with a
+    one-line message."""
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise ConfigError("config: the top level must be a mapping of sections")
+    raw = apply_regime(raw)
     try:
-        return Config.model_validate(dict(raw))
+        return Config.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format_error(err).replace("\n", " ")) from None
 
@@ -570,8 +610,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, A
         except yaml.YAMLError:
             raise ConfigError(f"--set {key}: cannot parse value {text!r}") from None
         parts = key.split(".")
-        if parts[0] not in Config.SECTIONS:
-            raise ConfigError(f"{parts[0]}: unknown section (known: {', '.join(Config.SECTIONS)})")
+        if parts[0] not in (*Config.SECTIONS, "regimes"):
+            raise ConfigError(f"{parts[0]}: unknown section (known: {', '.join(Config.SECTIONS)}, regimes)")
         if len(parts) == 1:
             out[key] = value
             continue

@@ -36,6 +36,34 @@ def test_bad_algorithm_lists():
         algorithm_configs(small_config(algorithm={"rounds": 0}), ["fedavg"])
 
 
+def test_each_algorithm_runs_in_its_own_regime():
+    raw = small_config(algorithm={"estimation_interval": 3}, train={"optimizer": "sgd", "lr": 0.05, "momentum": 0.9})
+    raw["regimes"] = {"fedsoft": {"train": {"optimizer": "adam", "lr": 5e-4, "momentum": 0.0},
+                                  "algorithm": {"start": "mixture", "prox_weight": 0.01}}}
+    cfgs = algorithm_configs(raw, ["fedsoft", "fedavg"])
+    assert (cfgs["fedsoft"].train.optimizer, cfgs["fedsoft"].train.lr) == ("adam", 5e-4)
+    assert (cfgs["fedsoft"].algorithm.start, cfgs["fedsoft"].algorithm.prox_weight) == ("mixture", 0.01)
+    assert cfgs["fedsoft"].algorithm.estimation_interval == 3  # the shared keys still reach it
+    assert (cfgs["fedavg"].train.optimizer, cfgs["fedavg"].train.lr) == ("sgd", 0.05)
+    assert cfgs["fedsoft"].train.batch_size == cfgs["fedavg"].train.batch_size  # the rest is shared
+    assert "regimes" not in cfgs["fedsoft"].to_dict()  # the resolved config holds what ran
+
+
+@pytest.mark.parametrize("regimes, message", [
+    ({"fedx": {}}, "regimes.fedx: unknown algorithm"),
+    ({"fedsoft": {"data": {"clients": 3}}}, "regimes.fedsoft.data: a regime sets only algorithm, train, model keys"),
+    ({"fedsoft": {"algorithm": {"name": "ifca"}}}, "regimes.fedsoft.algorithm: must be a mapping of keys"),
+    ({"fedsoft": {"train": {"lr": -1.0}}}, "train.lr"),
+    ([1], "regimes: must be a mapping"),
+])
+def test_bad_regimes_are_one_line_errors(regimes, message):
+    raw = small_config()
+    raw["regimes"] = regimes
+    with pytest.raises(ConfigError, match=message) as err:
+        algorithm_configs(raw, ["fedsoft", "fedavg"])
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.slow
 def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     path = compare(small_config(), ["fedsoft", "ifca", "fedem", "fedavg", "local"], out=tmp_path)
@@ -54,6 +82,9 @@ def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     assert md == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path)
     fedem_row = next(line for line in md.splitlines() if line.startswith("| fedem |"))
     assert f"{fem.local_mean_mixture:.2f}" in fedem_row  # FedEM's pi-mixture in its own column
+    soft = t[t.algorithm == "fedsoft"].iloc[0]  # the regime each ran with, in both outputs
+    assert (soft.optimizer, soft.local_epochs) == ("adam", 2) and "λ 1.0, start local" in soft.regime
+    assert soft.regime in next(line for line in md.splitlines() if line.startswith("| fedsoft |"))
 
 
 @pytest.mark.slow

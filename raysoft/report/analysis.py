@@ -3,10 +3,11 @@ the best center's metric over rounds, a stream's upload-download cycles and its 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from .load import RunData
 
@@ -131,6 +132,36 @@ def local_means(run: RunData) -> tuple[float | None, float | None]:
     local = run.summary.get("local_mean") or {}
     best, mean = local.get(f"{run.metric}_best_learner"), local.get(run.metric)
     return (best, mean) if best is not None else (mean, None)
+
+
+REGIME_KEYS = {  # algorithm keys that shape a method's local work, shown in its regime
+    "prox_weight": "λ", "start": "start", "estimation_interval": "τ", "num_centers": "centers",
+}
+
+
+def regime(run: RunData) -> dict[str, Any]:
+    """The regime a run trained in (from its config.yaml): optimiser, learning rate, momentum,
+    batch size, local epochs, and the algorithm keys of :data:`REGIME_KEYS` it has; empty if the
+    run directory has no readable config."""
+    try:
+        cfg = yaml.safe_load((run.path / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    train, algo = cfg.get("train") or {}, cfg.get("algorithm") or {}
+    out = {k: train.get(k) for k in ("optimizer", "lr", "momentum", "batch_size", "local_epochs")}
+    out.update({k: algo[k] for k in REGIME_KEYS if k in algo})
+    return out
+
+
+def regime_text(r: dict[str, Any]) -> str:
+    """:func:`regime` in one cell: ``sgd lr 0.05 (momentum 0.9), batch 32 x 1 epoch; λ 0.1, start local``."""
+    if not r:
+        return "–"
+    mom = f" (momentum {r['momentum']:g})" if r.get("optimizer") == "sgd" and r.get("momentum") else ""
+    batch = "full batch" if r.get("batch_size") is None else f"batch {r['batch_size']}"
+    text = f"{r.get('optimizer')} lr {r.get('lr'):g}{mom}, {batch} × {r.get('local_epochs')} epoch(s)"
+    extra = [f"{label} {r[k]}" for k, label in REGIME_KEYS.items() if k in r and k != "num_centers"]
+    return text + ("; " + ", ".join(extra) if extra else "")
 
 
 def run_label(run: RunData, runs: Sequence[RunData]) -> str:

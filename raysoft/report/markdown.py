@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .analysis import best_center_series, local_means, mean_kl, stream_accuracy
+from .analysis import best_center_series, local_means, mean_kl, regime, regime_text, stream_accuracy
 from .figures import FIGURE_FILES
 from .load import RunData
 
@@ -152,13 +152,14 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None 
     dists = sorted({int(d["distribution"]) for r in runs for d in (r.summary.get("distributions") or [])})
     metrics = sorted({r.metric for r in runs})
     head = ("| run | algorithm | metric | " + "".join(f"c*[{d}] | " for d in dists)
-            + "w̄ | w̄ (mixture) | weight MAE | ARI (clusters) |")
+            + "w̄ | w̄ (mixture) | weight MAE | ARI (clusters) | regime |")
     lines = [
         "# Comparison", "",
         "c*[s]: the metric of the best center on distribution s (that center's index); w̄: the local models' "
         "mean (FedEM: the largest-π learner's; w̄ (mixture): its π-mixture's); weight MAE: the matched "
-        "importance weights against the true mixtures; ARI: the clusters found against the true ones.", "",
-        head, "|---" * (7 + len(dists)) + "|",
+        "importance weights against the true mixtures; ARI: the clusters found against the true ones; regime: "
+        "the local work each method ran with (its config's optimiser, batch, epochs and proximal keys).", "",
+        head, "|---" * (8 + len(dists)) + "|",
     ]
     for r in runs:
         s = r.summary
@@ -171,7 +172,8 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None 
         mae = "–" if s.get("weight_mae") is None else f"{s['weight_mae']:.4f}"
         ari = "–" if s.get("ari") is None else f"{s['ari']:.3f} ({s.get('num_clusters', '–')})"
         lines.append(f"| {_run_cell(r, out)} | {r.algorithm} | {r.metric} | " + "".join(f"{c} | " for c in cells)
-                     + f"{_fmt(r.metric, local)} | {_fmt(r.metric, mixture)} | {mae} | {ari} |")
+                     + f"{_fmt(r.metric, local)} | {_fmt(r.metric, mixture)} | {mae} | {ari} | "
+                     f"{regime_text(regime(r))} |")
     lines.append("")
     if len(metrics) > 1:
         lines += [f"The runs have different headline metrics ({', '.join(metrics)}).", ""]
