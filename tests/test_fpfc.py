@@ -120,3 +120,23 @@ def test_fpfc_finds_the_clusters_without_being_told_how_many(tmp_path):
     assert set(final.metric) == {"loss", "accuracy", "test_loss", "test_accuracy"}
     # after the last round every member holds its cluster's model: one model per cluster
     assert r.summary["local_mean"]["test_accuracy"] > 0.6
+
+
+def _local_on_fpfc_data(tmp_path, rounds, epochs, per_round, batched="auto"):
+    cfg = raysoft.load_config("jobs/fpfc_synthetic.yaml", [
+        f"algorithm={{name: local, rounds: {rounds}, clients_per_round: {per_round}, eval_every: {rounds}}}",
+        "data.clients=12", "data.distributions=2", f"train.local_epochs={epochs}",
+        f"train.batched_clients='{batched}'", "ray.backend=inprocess", "output.progress=none"])
+    return raysoft.run(cfg, out=tmp_path).summary["local_mean"]["loss"]
+
+
+@pytest.mark.parametrize("batched", ["on", "off"])
+def test_the_reference_local_baseline_trains_every_device_every_round(tmp_path, batched):
+    """FPFC's Local baseline at the reference budget (jobs/fpfc_table.py: clients_per_round = m)
+    gives every device rounds x local steps of full-batch gradient descent: 3 rounds of 2 steps
+    are one round of 6 steps (plain SGD, full batch: no state, no randomness). Drawing half of
+    the devices a round is a different, smaller budget. The batched run's lognormal device
+    sizes train in several buckets."""
+    every = _local_on_fpfc_data(tmp_path, 3, 2, 12, batched)
+    assert every == pytest.approx(_local_on_fpfc_data(tmp_path, 1, 6, 12, batched), rel=1e-5)
+    assert every < _local_on_fpfc_data(tmp_path, 3, 2, 6, batched)
