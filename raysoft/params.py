@@ -59,16 +59,23 @@ def weighted_sum(vectors: Sequence[Params] | torch.Tensor, weights: Sequence[flo
     return out
 
 
-def add_terms(terms: dict[int, tuple[int | None, float]], parts: Mapping[int, torch.Tensor],
+Term = tuple[int | None, float]
+
+
+def add_terms(terms: Mapping[int, Term | list[Term]], parts: Mapping[int, torch.Tensor],
               acc: torch.Tensor | None) -> torch.Tensor:
     """acc[row] += coef * parts[k] for each (k: (row, coef)) of ``terms`` in ascending k (the
     whole acc when row is None; zeros like the first part if ``acc`` is None), in place; the
-    additions ``weighted_sum`` makes, so a sum split over hosts in id order is the same."""
+    additions ``weighted_sum`` makes, so a sum split over hosts in id order is the same. A
+    client's term may be a list of (row, coef): its part is added to each of those rows (a
+    FedSoft client selected by several centers), so every row still gets its terms in
+    ascending k."""
     for k in sorted(terms):
-        row, coef = terms[k]
-        if acc is None:
-            acc = torch.zeros_like(parts[k])
-        (acc if row is None else acc[row]).add_(parts[k], alpha=float(coef))
+        spec = terms[k]
+        for row, coef in spec if isinstance(spec, list) else [spec]:
+            if acc is None:
+                acc = torch.zeros_like(parts[k])
+            (acc if row is None else acc[row]).add_(parts[k], alpha=float(coef))
     if acc is None:
         raise ValueError("add_terms: no terms and no start")
     return acc

@@ -113,8 +113,26 @@ def test_aggregate_selected_is_the_uniform_average_and_empty_clusters_keep_their
 
 def test_aggregate_full_weights_by_v():
     models = {0: torch.tensor([4.0, 0.0]), 1: torch.tensor([0.0, 4.0])}
-    c = aggregate_full(np.array([[0.25, 0.75], [1.0, 0.0]]), models)
+    old = torch.tensor([[9.0, 9.0], [8.0, 8.0]])
+    c = aggregate_full(np.array([[0.25, 0.75], [1.0, 0.0]]), models, old)
     torch.testing.assert_close(c, torch.tensor([[1.0, 3.0], [4.0, 0.0]]))
+    torch.testing.assert_close(aggregate_full(np.array([[0.25, 0.75], [1.0, 0.0]]), {}, old), old)
+
+
+def test_center_sums_add_a_client_to_every_cluster_that_selected_it():
+    """Client 1 is in Sel_0 and Sel_1; client 3's update was excluded (not finite), so Sel_1
+    averages over 2; Sel_2 = {3} has no finite model and keeps its center. The plan adds each
+    row's terms in ascending client id, wherever the sum runs."""
+    from raysoft.algorithms.fedsoft import CenterSums
+
+    old = torch.tensor([[9.0], [8.0], [7.0]])
+    sums = CenterSums(old, (np.array([0, 1]), np.array([1, 2, 3]), np.array([3])))
+    plan = sums.plan({0: None, 1: None, 2: None})
+    assert plan.terms == {0: [(0, 0.5)], 1: [(0, 0.5), (1, 0.5)], 2: [(1, 0.5)]}
+    torch.testing.assert_close(plan.start, torch.tensor([[0.0], [0.0], [7.0]]))
+    c = plan.apply({0: torch.tensor([2.0]), 1: torch.tensor([4.0]), 2: torch.tensor([10.0])})
+    torch.testing.assert_close(c, torch.tensor([[3.0], [7.0], [7.0]]))
+    assert old[0].item() == 9.0  # the old centers are not written
 
 
 @pytest.mark.parametrize("sigma", [0.0, 1e-4, 0.3])

@@ -182,10 +182,13 @@ def test_plan_actors_sizes_the_pool_node_by_node():
     ({"name": "ifca", "init_threshold": 0.0}, (3,)),
     ({"name": "ifca", "init_threshold": 0.0, "option": "gradient"}, (4,)),
     ({"name": "fedem"}, (3,)),
+    ({"name": "fedsoft"}, (1, 3)),
+    ({"name": "fedsoft", "selection": "full"}, (4,)),
 ])
 def test_sums_in_the_actors_equal_the_coordinators_on_every_packing(ray_session, tmp_path, algo, packings):
     # the chain of actors adds the clients' terms in client-id order: the same floats as the
-    # coordinator's sum over every update (FedAvg's mean, IFCA's centers, FedEM's learners)
+    # coordinator's sum over every update (FedAvg's mean, IFCA's centers, FedEM's learners,
+    # FedSoft's centers, a client selected by several clusters added to each of their rows)
     algo = {**algo, "rounds": 4, "clients_per_round": 6, "eval_every": 1}
     ref = raysoft.run(small_config(algorithm=algo, ray={"reduce_in_actors": False}), out=tmp_path)
     ref_m = ref.metrics.drop(columns=["run_id", "time_s"])

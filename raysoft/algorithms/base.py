@@ -35,7 +35,7 @@ from torch import nn
 from ..config import AlgorithmConfig, Config
 from ..data import ClientData
 from ..models import DataInfo, build_model
-from ..params import add_terms
+from ..params import Term, add_terms
 from ..rng import torch_generator
 
 
@@ -51,10 +51,11 @@ def split_result(result: Any, part: int | None) -> tuple[torch.Tensor, Any]:
 class Plan:
     """How a call's results are summed: ``acc = start`` (zeros like the first term if None),
     then, for every client k in id order, ``acc[row] += coef * r_k`` (the whole ``acc`` when
-    ``row`` is None), with ``terms[k] = (row, coef)`` and r_k the summed part of k's result."""
+    ``row`` is None), with ``terms[k] = (row, coef)`` (or a list of them: one result added to
+    several rows) and r_k the summed part of k's result."""
 
     start: torch.Tensor | None
-    terms: dict[int, tuple[int | None, float]]
+    terms: dict[int, Term | list[Term]]
 
     def apply(self, parts: Mapping[int, torch.Tensor]) -> torch.Tensor | None:
         """The sum, ``parts[k]`` being client k's summed part, added into ``start`` in place

@@ -22,10 +22,10 @@ import torch
 
 from ..config import FedSoftConfig
 from ..optim import SGD, Adam
-from ..params import Params, get_flat, mean, set_flat, weighted_sum
+from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
-from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import batched_local_train, own_data_metrics
 
 
@@ -69,30 +69,60 @@ def prox_gradient(grad_f: torch.Tensor, w: torch.Tensor, centers: torch.Tensor, 
     return grad_f + lam * (u.sum() * w - u @ centers)
 
 
+def distance_to_mixture(w: Params, u_k: torch.Tensor, centers: torch.Tensor) -> float:
+    """||w_k - sum_s u_ks c_s||: how far a local model ends from the mixture of the centers it
+    was pulled toward."""
+    return float(torch.linalg.vector_norm(w - u_k.to(centers.dtype) @ centers))
+
+
 def coupling(models: dict[int, Params], u: np.ndarray, centers: torch.Tensor) -> float:
-    """The mean over the clients in ``models`` of ||w_k - sum_s u_ks c_s||: how far each local
-    model ends from the mixture of the centers it was pulled toward (0 when the proximal term
-    holds it there; large when the local models drift on their own)."""
+    """The mean over the clients in ``models`` of :func:`distance_to_mixture` (0 when the
+    proximal term holds every local model at its mixture; large when they drift on their own)."""
     if not models:
         return float("nan")
-    ids = sorted(models)
-    mix = torch.as_tensor(np.asarray(u)[ids], dtype=centers.dtype) @ centers
-    return float(torch.stack([models[k] for k in ids]).sub(mix).norm(dim=1).mean())
+    u_t = torch.as_tensor(np.asarray(u), dtype=centers.dtype)
+    return float(np.mean([distance_to_mixture(models[k], u_t[k], centers) for k in sorted(models)]))
+
+
+@dataclass(frozen=True)
+class CenterSums(Reduction):
+    """The new centers as a sum of the clients' models, which a backend may make where the
+    clients are (``ray.reduce_in_actors``): with ``selected`` (sample selection), c_s is the
+    uniform average of the finite models of Sel_s, and a cluster with none keeps ``old[s]``;
+    without (full participation), c_s = sum_k v_sk w_k over the finite models (the old centers
+    if there is none). A client selected by several clusters adds its model to each of their
+    rows. Sums element 0 (w_k) of a client's (w_k, distance to its mixture) result."""
+
+    old: torch.Tensor
+    selected: tuple[np.ndarray, ...] | None = None
+    v: np.ndarray | None = None
+    part: int | None = 0
+
+    def plan(self, rest: dict[int, Any]) -> Plan:
+        if self.selected is None:
+            assert self.v is not None
+            if not rest:
+                return Plan(self.old.clone(), {})
+            rows = range(self.v.shape[0])
+            return Plan(torch.zeros_like(self.old), {k: [(s, float(self.v[s, k])) for s in rows] for k in sorted(rest)})
+        start, terms = torch.zeros_like(self.old), {}
+        for s, sel in enumerate(self.selected):
+            members = [int(k) for k in sel if int(k) in rest]  # excluded updates are absent
+            if not members:
+                start[s] = self.old[s]
+            for k in members:
+                terms.setdefault(k, []).append((s, 1.0 / len(members)))
+        return Plan(start, terms)
 
 
 def aggregate_selected(selected: list[np.ndarray], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """c_s = (1/|Sel_s|) sum_{k in Sel_s} w_k; a cluster that selected nobody keeps its center."""
-    rows = []
-    for s, sel in enumerate(selected):
-        members = [models[int(k)] for k in sel if int(k) in models]  # excluded updates are absent
-        rows.append(mean(members) if members else old[s].clone())
-    return torch.stack(rows)
+    return CenterSums(old, tuple(selected)).plan(dict.fromkeys(models)).apply(models)
 
 
-def aggregate_full(v: np.ndarray, models: dict[int, Params]) -> torch.Tensor:
-    """Full participation: c_s = sum_k v_sk w_k."""
-    ids = sorted(models)
-    return torch.stack([weighted_sum([models[k] for k in ids], [v[s, k] for k in ids]) for s in range(v.shape[0])])
+def aggregate_full(v: np.ndarray, models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
+    """Full participation: c_s = sum_k v_sk w_k (``old`` if there is no model)."""
+    return CenterSums(old, None, v).plan(dict.fromkeys(models)).apply(models)
 
 
 # ----------------------------------------------------------------------------- state
@@ -128,7 +158,8 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
         pull_scale=float(lam * u.sum()), pull_target=lam * (u @ centers),
         rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, t),
     )
-    return cs, get_flat(cs.model)
+    w = get_flat(cs.model)
+    return cs, (w, distance_to_mixture(w, u, centers))
 
 
 def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient], payload: dict[str, Any], t: int):
@@ -140,7 +171,7 @@ def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient],
             set_flat(cs.model, row)
     rows = batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states],
                                pull_scale=lam * u.sum(dim=1), pull_target=lam * (u @ centers), t=t)
-    return states, rows
+    return states, [(w, distance_to_mixture(w, uk, centers)) for w, uk in zip(rows, u)]
 
 
 def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
@@ -181,14 +212,12 @@ class FedSoft(Configured[FedSoftConfig]):
         else:
             trainers = everyone
         payload = {"centers": state.centers, "u": u, "prox_weight": a.prox_weight, "start": a.start}
-        models = yield ClientCall("train", trainers, payload)
-        diag["diagnostics"] = {"coupling": coupling(models, u, state.centers)}
-        if a.selection == "sample":
-            centers = aggregate_selected(selected, models, state.centers)
-        else:
-            centers = aggregate_full(v, models) if models else state.centers
+        sums = CenterSums(state.centers, tuple(selected)) if a.selection == "sample" else CenterSums(state.centers, None, v)
+        res = yield ClientCall("train", trainers, payload, reduce=sums)
+        dists = [res.rest[k][1] for k in res.clients]
+        diag["diagnostics"] = {"coupling": float(np.mean(dists)) if dists else float("nan")}
         diag["trained"] = len(trainers)
-        return FedSoftState(centers=centers, u=u), diag
+        return FedSoftState(centers=res.value, u=u), diag
 
     def centers(self, state: FedSoftState) -> torch.Tensor:
         return state.centers
