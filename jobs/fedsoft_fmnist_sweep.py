@@ -26,6 +26,8 @@ import pandas as pd
 import raysoft
 from raysoft.compare import DEFAULT_ALGORITHMS, algorithm_configs
 from raysoft.config import load_raw
+from raysoft.report.analysis import local_means
+from raysoft.report.load import load_run
 
 JOB = Path(__file__).parent / "compare_fmnist.yaml"
 OPTIMISERS = {
@@ -48,20 +50,22 @@ def overrides(setting: str) -> list[str]:
     return [f"algorithm.start={kv['start']}", f"algorithm.prox_weight={kv['lam']}", *OPTIMISERS[kv["opt"]]]
 
 
-def row(label: str, run: raysoft.RunResult) -> str:
+def row(label: str, run_dir: Path) -> str:
+    """The table row of one run directory."""
+    run = load_run(run_dir)
     s = run.summary
     by = {d["distribution"]: d for d in s.get("distributions", [])}
-    centers = " | ".join(f"{100 * by[k][s['metric']]:.1f} ({by[k]['best_center']})" if k in by else "–"
+    centers = " | ".join(f"{100 * by[k][run.metric]:.1f} ({by[k]['best_center']})" if k in by else "–"
                          for k in (0, 1))
     coupling = "–"
-    diag = run.run_dir / "diagnostics.parquet"
+    diag = run_dir / "diagnostics.parquet"
     if diag.exists():
         d = pd.read_parquet(diag)
         d = d[d.name == "coupling"]
         if len(d):
             coupling = f"{d.sort_values('step').value.iloc[-1]:.2f}"
     mae = s.get("weight_mae")
-    return (f"| {label} | {centers} | {100 * s['local_mean']['test_accuracy']:.1f} | "
+    return (f"| {label} | {centers} | {100 * local_means(run)[0]:.1f} | "
             f"{'–' if mae is None else f'{mae:.3f}'} | {coupling} | {s['wall_time_s']:.0f} s |")
 
 
@@ -73,17 +77,26 @@ def main() -> None:
     ap.add_argument("--fedavg", action="store_true")
     ap.add_argument("--out", default="runs/fedsoft_sweep")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--rows", nargs="+", metavar="LABEL=RUN_DIR", default=[],
+                    help="print the rows of runs made before, instead of running")
     args = ap.parse_args()
+    header = ("| setting | c*[0] (index) | c*[1] (index) | w̄ | weight MAE | coupling | run time |\n"
+              "|---|---|---|---|---|---|---|")
+    if args.rows:
+        print(header)
+        for item in args.rows:
+            label, _, path = item.partition("=")
+            print(row(label, Path(path)))
+        return
     budget = [f"algorithm.rounds={args.rounds}", f"algorithm.eval_every={args.eval_every}", "output.progress=none"]
     runs = [(s, "fedsoft", overrides(s)) for s in args.settings]
     if args.fedavg:
         runs.insert(0, ("fedavg", "fedavg", []))
-    print("| setting | c*[0] (index) | c*[1] (index) | w̄ | weight MAE | coupling | run time |\n"
-          "|---|---|---|---|---|---|---|", flush=True)
+    print(header, flush=True)
     for label, algo, over in runs:
         cfg = algorithm_configs(load_raw(JOB, over + budget + args.overrides), list(DEFAULT_ALGORITHMS))[algo]
         r = raysoft.run(cfg, out=args.out)
-        print(row(label, r), flush=True)
+        print(row(label, r.run_dir), flush=True)
         print(f"{label}: {r.run_dir}", file=sys.stderr, flush=True)
 
 
