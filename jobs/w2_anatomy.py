@@ -26,31 +26,15 @@ import numpy as np
 import torch
 
 from raysoft.algorithms.common import uniform_selection
-from raysoft.bench import children_map, workload_config
+from raysoft.bench import children_map, floor, workload_config
 from raysoft.config import parse_config
 from raysoft.data import Federation
-from raysoft.models import DataInfo, build_model
 from raysoft.rng import numpy_rng
-
-INFO = DataInfo(784, 10, "classification", (1, 28, 28))
 
 
 def step_fn(batch: int):
-    """One training step of W2's CNN on a batch of real W2 client images (the step's cost
-    depends on the pixel values; random inputs ran slower in unscripted trials)."""
-    cfg = parse_config(workload_config("W2", 1))
-    fed = Federation(cfg.data, cfg.seed)
-    data = [fed.client_data(k) for k in range(3)]  # at least 300 samples
-    x, y = torch.cat([d.x for d in data])[:batch], torch.cat([d.y for d in data])[:batch]
-    model = build_model(cfg.model, INFO)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step() -> None:
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return step
+    """One training step of W2's CNN on a batch of real W2 client images."""
+    return floor.step_fn(parse_config(workload_config("W2", 1)), batch)
 
 
 def seconds_per_step(batch: int, steps: int) -> float:
@@ -122,13 +106,8 @@ def import_cost_mb() -> list[float]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    from torch.utils.flop_counter import FlopCounterMode
-
-    step = step_fn(32)
-    with FlopCounterMode(display=False) as counter:
-        step()
-    per_sample = counter.get_total_flops() / 32
     cfg = parse_config(workload_config("W2", 6))
+    per_sample = floor.flop_per_sample(cfg)
     sizes = np.asarray(Federation(cfg.data, cfg.seed).sizes)
     print(f"1. {per_sample / 1e6:.1f} MFLOP per trained sample")
     blocks = []
@@ -138,20 +117,11 @@ def main() -> None:
         steps = [int(sum(np.ceil(sizes[k] / 32) for k in sel if (k >= half) == side)) for side in (False, True)]
         clients = [int(sum((k >= half) == side for k in sel)) for side in (False, True)]
         blocks.append((t, int(sizes[sel].sum()), clients, steps, max(steps) / (sum(steps) / 2) - 1))
-    samples = np.mean([b[1] for b in blocks])
-    print(f"   round samples {[b[1] for b in blocks]} -> {samples * per_sample / 1e9:.0f} GFLOP a round")
-    rates = {}
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-        a @ b
-        began = time.perf_counter()
-        for _ in range(10):
-            a @ b
-        rates[threads] = 2 * 2048**3 * 10 / (time.perf_counter() - began) / 1e9
-    torch.set_num_threads(1)
+    samples = np.mean(floor.round_samples(cfg, 6))
+    print(f"   round samples {floor.round_samples(cfg, 6)} -> {samples * per_sample / 1e9:.0f} GFLOP a round")
+    rates = {threads: floor.matmul_gflops(threads) for threads in (1, 2)}
     print(f"2. matmul {rates[1]:.1f} GFLOP/s (1 thread), {rates[2]:.1f} (2 threads) -> floor "
-          f"{samples * per_sample / 1e9 / rates[2]:.2f} s a round")
+          f"{samples * per_sample / 1e9 / rates[2]:.2f} s a round (raysoft bench's floor row)")
     for batch in (32, 64, 128):
         sec = seconds_per_step(batch, max(10, 1600 // batch))
         print(f"3. batch {batch}: {per_sample * batch / sec / 1e9:.1f} GFLOP/s on one thread")

@@ -79,9 +79,14 @@ def test_markdown_gives_the_speed_up_of_raysoft():
         {"workload": "W2", "system": "flower", "sec_per_round": 11.0, "updates_per_s": 5.5, "peak_rss_mb": 2000.0,
          "peak_pss_mb": 1500.0, "quality": 0.8, "quality_metric": "accuracy"},
     ])
-    text = markdown(table)
-    assert "| W2 | flower | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× |" in text
-    assert "| W2 | raysoft | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – |" in text
+    table["algorithm"] = "fedavg"
+    floor = {"workload": "W2", "system": "floor", "algorithm": "fedavg", "sec_per_round": 1.6, "updates_per_s": 37.5,
+             "peak_rss_mb": 400.0, "peak_pss_mb": 300.0, "quality": float("nan"),
+             "quality_metric": "11.2 MFLOP/sample at 120.0 GFLOP/s"}
+    text = markdown(pd.concat([table, pd.DataFrame([floor])], ignore_index=True))
+    assert "| W2 | flower | fedavg | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× |" in text
+    assert "| W2 | raysoft | fedavg | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – |" in text
+    assert "| W2 | floor | fedavg | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× |" in text
 
 
 def test_an_unknown_workload_is_a_one_line_error():
@@ -119,9 +124,12 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == str(out.resolve())
     table = pd.read_parquet(out / "bench.parquet")
     assert list(table.columns) == COLUMNS
-    assert [tuple(r) for r in table[["workload", "system"]].values] == [
-        ("W1", "raysoft"), ("W1", "bare"), ("W2", "raysoft"), ("W2", "bare"), ("W3", "raysoft")]
+    assert [tuple(r) for r in table[["workload", "system", "algorithm"]].values] == [
+        ("W1", "raysoft", "fedsoft"), ("W1", "bare", "fedsoft"), ("W2", "raysoft", "fedavg"), ("W2", "bare", "fedavg"),
+        ("W2", "floor", "fedavg"), ("W3", "raysoft", "ccfl")]
     assert (table["sec_per_round"] > 0).all() and (table["updates_per_s"] > 0).all()
+    w2 = table[table["workload"] == "W2"].set_index("system")
+    assert np.isnan(w2.loc["floor", "quality"]) and "MFLOP/sample" in w2.loc["floor", "quality_metric"]
     assert (table["peak_rss_mb"] > 100).all()  # a Python process with torch at least
     assert (table["peak_pss_mb"] > 50).all() and (table["peak_pss_mb"] <= table["peak_rss_mb"]).all()
     w2 = table[table["workload"] == "W2"].set_index("system")

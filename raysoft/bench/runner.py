@@ -18,7 +18,7 @@ from ..config import ConfigError
 from .memory import PeakSampler, tree_memory_mb
 from .workloads import DEFAULT_ROUNDS, SYSTEMS, workload_config
 
-COLUMNS = ["workload", "system", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
+COLUMNS = ["workload", "system", "algorithm", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
            "updates_per_round",
            "quality", "quality_metric", "total_s"]
 
@@ -84,7 +84,8 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                        str(res_path)] + ([str(export)] if system == "bare" and w == "W2" else [])
                 res, sampler = _measure(f"{w} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
-            rows.append({"workload": w, "system": system, "sec_per_round": sec, "updates_per_s": ups,
+            rows.append({"workload": w, "system": system, "algorithm": workload_config(w, 2)["algorithm"]["name"],
+                         "sec_per_round": sec, "updates_per_s": ups,
                          "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
                          "rounds": len(res["sec_per_round_all"]),
                          "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
@@ -101,14 +102,18 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
 
 
 def markdown(table: "Any") -> str:
-    """The bench table, with raysoft's speed-up over each other system of the same workload."""
-    lines = ["| workload | system | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | raysoft speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The bench table, with raysoft's speed-up over each other system of the same workload (the
+    floor's is below 1: raysoft's seconds are that many times the floor's)."""
+    lines = ["| workload | system | algorithm | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
+             "raysoft speed-up |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")]["sec_per_round"]
         ratio = "–" if r["system"] == "raysoft" or ray.empty else f"{r['sec_per_round'] / float(ray.iloc[0]):.2f}×"
-        lines.append(f"| {r['workload']} | {r['system']} | {r['sec_per_round']:.3f} | {r['updates_per_s']:.1f} | "
-                     f"{r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {r['quality']:.4g} ({r['quality_metric']}) | {ratio} |")
+        quality = "–" if np.isnan(r["quality"]) else f"{r['quality']:.4g}"
+        lines.append(f"| {r['workload']} | {r['system']} | {r.get('algorithm', '–')} | {r['sec_per_round']:.3f} | "
+                     f"{r['updates_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {quality} "
+                     f"({r['quality_metric']}) | {ratio} |")
     return "\n".join(lines) + "\n"
 
 

@@ -63,6 +63,10 @@ def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, expo
     raw = workload_config(workload, rounds, quick)
     if system == "raysoft":
         res = run_raysoft(workload, raw)
+    elif system == "floor":
+        from .floor import floor_w2
+
+        res = floor_w2(raw)
     elif workload == "W1":
         res = bare_fedsoft(raw)
     else:

@@ -7,7 +7,7 @@ from typing import Any
 from ..config import ConfigError
 
 WORKLOADS = ("W1", "W2", "W3")
-SYSTEMS = {"W1": ("raysoft", "bare"), "W2": ("raysoft", "bare", "flower"), "W3": ("raysoft",)}
+SYSTEMS = {"W1": ("raysoft", "bare"), "W2": ("raysoft", "bare", "flower", "floor"), "W3": ("raysoft",)}
 DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0}  # W3: 0 = 200 uploads
 
 

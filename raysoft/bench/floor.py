@@ -1,0 +1,95 @@
+"""W2's arithmetic floor: the seconds a round needs at this sitting's matrix-multiply rate.
+
+A round of W2 trains the selected clients' samples (one epoch each) through the CNN; its
+floating-point work is the FLOP of one training step per sample (forward and backward,
+counted by ``torch.utils.flop_counter`` on real W2 client images) times the samples the
+round's selection trains (the same selection stream as FedAvg's). The floor is that work at
+the rate of a large fp32 matrix product on all of this process's threads, measured in the same
+sitting as the other systems: no system that does the arithmetic can be faster.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..algorithms.common import uniform_selection
+from ..config import Config, parse_config
+from ..data import Federation
+from ..models import DataInfo, build_model
+from ..rng import numpy_rng
+
+
+def step_fn(cfg: Config, batch: int) -> Callable[[], None]:
+    """One SGD training step of the workload's CNN on ``batch`` real client images (the step's
+    cost depends on the pixel values: random inputs ran slower in unscripted trials)."""
+    fed = Federation(cfg.data, cfg.seed)
+    xs, ys, k = [], [], 0
+    while sum(len(y) for y in ys) < batch:
+        d = fed.client_data(k)
+        xs.append(d.x)
+        ys.append(d.y)
+        k += 1
+    x, y = torch.cat(xs)[:batch], torch.cat(ys)[:batch]
+    info = DataInfo(int(np.prod(x.shape[1:])), 10, "classification", tuple(x.shape[1:]))
+    model = build_model(cfg.model, info)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def flop_per_sample(cfg: Config, batch: int = 32) -> float:
+    """FLOP of one training step per sample (forward and backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    step = step_fn(cfg, batch)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops() / batch
+
+
+def round_samples(cfg: Config, rounds: int) -> list[int]:
+    """Samples trained in each of rounds 0..rounds-1 (FedAvg's uniform selection stream)."""
+    sizes = np.asarray(Federation(cfg.data, cfg.seed).sizes)
+    out = []
+    for t in range(rounds):
+        sel = uniform_selection(cfg.data.clients, cfg.algorithm.clients_per_round, numpy_rng(cfg.seed, "select", t))
+        out.append(int(sizes[sel].sum()) * cfg.train.local_epochs)
+    return out
+
+
+def matmul_gflops(threads: int | None = None, n: int = 2048, repeats: int = 10) -> float:
+    """GFLOP/s of an n x n fp32 matrix product on ``threads`` torch threads (None: all)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        began = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        return 2 * n**3 * repeats / (time.perf_counter() - began) / 1e9
+    finally:
+        torch.set_num_threads(before)
+
+
+def floor_w2(raw: dict[str, Any]) -> dict[str, Any]:
+    """The bench worker's result for the ``floor`` system: each round's floor in seconds."""
+    began = time.monotonic()
+    cfg = parse_config(raw)
+    per_sample = flop_per_sample(cfg)
+    rate = matmul_gflops()
+    samples = round_samples(cfg, cfg.algorithm.rounds)
+    return {"sec_per_round_all": [s * per_sample / 1e9 / rate for s in samples],
+            "updates": [cfg.algorithm.clients_per_round] * len(samples), "quality": float("nan"),
+            "quality_metric": f"{per_sample / 1e6:.1f} MFLOP/sample at {rate:.1f} GFLOP/s",
+            "total_s": time.monotonic() - began}
