@@ -374,7 +374,7 @@ class RayConfig(Section):
         "dropped and counted (results then depend on timing)"
     )
     reduce_in_actors: bool = Field(
-        True, description="weighted sums of client updates (FedAvg, IFCA, FedEM) are made inside the "
+        True, description="weighted sums of client updates (FedAvg, FedSoft, IFCA, FedEM) are made inside the "
         "client actors, in client-id order along the chain of actors, one tensor per actor to the "
         "coordinator; false: every update travels to the coordinator. The same numbers either way"
     )

@@ -80,13 +80,15 @@ def test_markdown_gives_the_speed_up_of_raysoft():
          "peak_pss_mb": 1500.0, "quality": 0.8, "quality_metric": "accuracy"},
     ])
     table["algorithm"] = "fedavg"
+    table["coordinator_busy_s"] = [0.12, float("nan")]
+    table["coordinator_mb"] = [2.5, float("nan")]
     floor = {"workload": "W2", "system": "floor", "algorithm": "fedavg", "sec_per_round": 1.6, "updates_per_s": 37.5,
              "peak_rss_mb": 400.0, "peak_pss_mb": 300.0, "quality": float("nan"),
              "quality_metric": "11.2 MFLOP/sample at 120.0 GFLOP/s"}
     text = markdown(pd.concat([table, pd.DataFrame([floor])], ignore_index=True))
-    assert "| W2 | flower | fedavg | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× |" in text
-    assert "| W2 | raysoft | fedavg | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – |" in text
-    assert "| W2 | floor | fedavg | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× |" in text
+    assert "| W2 | flower | fedavg | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× | – | – |" in text
+    assert "| W2 | raysoft | fedavg | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – | 0.120 | 2.5 |" in text
+    assert "| W2 | floor | fedavg | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× | – | – |" in text
 
 
 def test_an_unknown_workload_is_a_one_line_error():
@@ -130,6 +132,8 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     assert (table["sec_per_round"] > 0).all() and (table["updates_per_s"] > 0).all()
     w2 = table[table["workload"] == "W2"].set_index("system")
     assert np.isnan(w2.loc["floor", "quality"]) and "MFLOP/sample" in w2.loc["floor", "quality_metric"]
+    assert w2.loc["raysoft", "coordinator_busy_s"] >= 0 and w2.loc["raysoft", "coordinator_mb"] > 0
+    assert np.isnan(w2.loc["bare", "coordinator_mb"])
     assert (table["peak_rss_mb"] > 100).all()  # a Python process with torch at least
     assert (table["peak_pss_mb"] > 50).all() and (table["peak_pss_mb"] <= table["peak_rss_mb"]).all()
     w2 = table[table["workload"] == "W2"].set_index("system")

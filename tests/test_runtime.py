@@ -264,3 +264,23 @@ def test_recovery_records_each_event_once(tmp_path):
     advance(coord, 4)
     assert [(kind, step) for kind, step, _ in events(coord)] == [
         ("checkpoint", 2), ("actor_died", 3), ("restored", 2)]
+
+
+@pytest.mark.parametrize("in_actors", [True, False])
+def test_a_round_reports_the_coordinators_busy_seconds_and_bytes(in_actors):
+    """FedAvg's round 1, K = 6 clients, d parameters of float32: the broadcast model (4d bytes)
+    goes out once; with the sum in the actors one 4d-byte sum comes back, else K updates."""
+    from raysoft.backends import run_backend
+    from raysoft.config import parse_config
+    from raysoft.models import build_model
+    from raysoft.data import Federation
+    from raysoft.params import get_flat
+
+    cfg = parse_config(small_config(algorithm={"name": "fedavg", "rounds": 3, "clients_per_round": 6, "eval_every": 3},
+                                    ray={"reduce_in_actors": in_actors}))
+    infos = []
+    run_backend(cfg, "t", infos.append)
+    d = get_flat(build_model(cfg.model, Federation(cfg.data, cfg.seed).info)).numel()
+    second = next(i for i in infos if i.get("round") == 2)  # after round index 1, no evaluation
+    assert second["coordinator_bytes"] == 4 * d * (2 if in_actors else 1 + 6)
+    assert second["coordinator_busy_s"] >= 0.0

@@ -20,7 +20,16 @@ from .workloads import DEFAULT_ROUNDS, SYSTEMS, workload_config
 
 COLUMNS = ["workload", "system", "algorithm", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
            "updates_per_round",
-           "quality", "quality_metric", "total_s"]
+           "quality", "quality_metric", "total_s", "coordinator_busy_s", "coordinator_mb"]
+
+
+def coordinator_stats(res: dict[str, Any]) -> tuple[float, float]:
+    """(median busy seconds, median MB through the coordinator) over the timed rounds (after the
+    warm-up), NaN for a system without a coordinator."""
+    busy, sent = res.get("coordinator_busy_s_all") or [], res.get("coordinator_bytes_all") or []
+    if not busy:
+        return float("nan"), float("nan")
+    return float(np.median(busy[1:] or busy)), float(np.median(sent[1:] or sent)) / 2**20
 
 
 
@@ -84,12 +93,14 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                        str(res_path)] + ([str(export)] if system == "bare" and w == "W2" else [])
                 res, sampler = _measure(f"{w} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
+            busy, mb = coordinator_stats(res)
             rows.append({"workload": w, "system": system, "algorithm": workload_config(w, 2)["algorithm"]["name"],
                          "sec_per_round": sec, "updates_per_s": ups,
                          "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
                          "rounds": len(res["sec_per_round_all"]),
                          "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
-                         "quality_metric": res["quality_metric"], "total_s": res["total_s"]})
+                         "quality_metric": res["quality_metric"], "total_s": res["total_s"],
+                         "coordinator_busy_s": busy, "coordinator_mb": mb})
             print(f"{w} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak RSS {sampler.peak:.0f} MB, "
                   f"PSS {sampler.peak_pss:.0f} MB", file=sys.stderr)
     table = pd.DataFrame(rows, columns=COLUMNS)
@@ -101,19 +112,24 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
     return table
 
 
+def _num(value: Any, fmt: str) -> str:
+    return "–" if value is None or np.isnan(value) else format(value, fmt)
+
+
 def markdown(table: "Any") -> str:
     """The bench table, with raysoft's speed-up over each other system of the same workload (the
     floor's is below 1: raysoft's seconds are that many times the floor's)."""
     lines = ["| workload | system | algorithm | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
-             "raysoft speed-up |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")]["sec_per_round"]
         ratio = "–" if r["system"] == "raysoft" or ray.empty else f"{r['sec_per_round'] / float(ray.iloc[0]):.2f}×"
-        quality = "–" if np.isnan(r["quality"]) else f"{r['quality']:.4g}"
+        quality = _num(r["quality"], ".4g")
         lines.append(f"| {r['workload']} | {r['system']} | {r.get('algorithm', '–')} | {r['sec_per_round']:.3f} | "
                      f"{r['updates_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {quality} "
-                     f"({r['quality_metric']}) | {ratio} |")
+                     f"({r['quality_metric']}) | {ratio} | {_num(r.get('coordinator_busy_s'), '.3f')} | "
+                     f"{_num(r.get('coordinator_mb'), '.1f')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -33,9 +33,12 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
 
     cfg = check_data(parse_config(raw))
     marks: list[tuple[float, int, int]] = []
+    coordinator: list[tuple[float, int]] = []  # per round: busy seconds, bytes through it
 
     def on_progress(info: dict[str, Any]) -> None:
         marks.append((time.monotonic(), int(info["round"]), int(info.get("trained") or 0)))
+        if "coordinator_busy_s" in info:
+            coordinator.append((float(info["coordinator_busy_s"]), int(info["coordinator_bytes"])))
 
     start = time.monotonic()
     tables, summary = run_backend(cfg, "bench", on_progress)
@@ -52,7 +55,8 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
         updates = [b[2] for b in marks[1:]]
     quality, metric = _quality_of(tables, summary, workload)
     return {"sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
-            "total_s": total}
+            "total_s": total, "coordinator_busy_s_all": [c[0] for c in coordinator],
+            "coordinator_bytes_all": [c[1] for c in coordinator]}
 
 
 def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:

@@ -6,9 +6,11 @@ depend on the backend or on how clients are packed.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from ..algorithms import ClientCall, Reduced, ServerContext
 from ..algorithms.base import split_result
@@ -19,6 +21,22 @@ from ..evaluation import HEADLINE, LOWER_IS_BETTER, summarize
 from ..models import build_model
 from .executor import finite
 from .recording import CoordinatorBase
+
+
+def nbytes(obj: Any) -> int:
+    """Bytes of the tensors and arrays in ``obj`` (nested dicts, lists, tuples, dataclass-like
+    objects): what a payload or a result carries; scalars and small Python values count 0."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, dict):
+        return sum(nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v) for v in obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return sum(nbytes(getattr(obj, f)) for f in obj.__dataclass_fields__)
+    return 0
 
 
 class RoundCoordinator(CoordinatorBase):
@@ -37,7 +55,17 @@ class RoundCoordinator(CoordinatorBase):
         self.metric = HEADLINE[self.fed.info.task]
         self.init_run()
 
+    def _exec(self, fn: Callable[..., Any], *args: Any, sent: Any = None) -> Any:
+        """``fn(*args)`` on the executor, its time counted as waiting on the clients and the
+        bytes of ``sent`` and of its answer as passing through the coordinator."""
+        began = time.perf_counter()
+        out = fn(*args)
+        self._waited += time.perf_counter() - began
+        self._bytes += nbytes(sent) + nbytes(out)
+        return out
+
     def init_run(self) -> None:
+        self._waited, self._bytes = 0.0, 0
         self.state = self.algorithm.init_server(self.ctx)
         self.round = 0
         self.center_scores: np.ndarray | None = None
@@ -56,8 +84,9 @@ class RoundCoordinator(CoordinatorBase):
         """Every center on every holdout set; every client's local model on its own data."""
         scores = self.evaluate_clusters(self.scratch, self.algorithm.centers(self.state), self.holdouts,
                                         self.fed.info.task, self.metric)
-        local = self.executor.call("evaluate", list(range(self.fed.num_clients)),
-                                   self.algorithm.eval_payload(self.state), self.round)
+        payload = self.algorithm.eval_payload(self.state)
+        local = self._exec(self.executor.call, "evaluate", list(range(self.fed.num_clients)), payload, self.round,
+                           sent=payload)
         for k in sorted(local):
             for name, value in local[k].items():
                 if not name.startswith("_"):
@@ -89,7 +118,7 @@ class RoundCoordinator(CoordinatorBase):
 
     def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
-        results = self.executor.call(call.op, call.clients, call.payload, t)
+        results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
         bad = [k for k in sorted(results) if not finite(results[k])]
         self._report_bad(call.op, bad, t)
@@ -102,12 +131,12 @@ class RoundCoordinator(CoordinatorBase):
         red = call.reduce
         assert red is not None
         if self.cfg.ray.reduce_in_actors:
-            flags = self.executor.keep(call.op, call.clients, call.payload, t, red.part)
+            flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
             self._report_late(call.op)
             self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
             rest = {k: flags[k][1] for k in sorted(flags) if flags[k][0]}
             plan = red.plan(rest)
-            value = self.executor.accumulate(plan) if plan.terms else plan.start
+            value = self._exec(self.executor.accumulate, plan, sent=plan.start) if plan.terms else plan.start
             return Reduced(value, sorted(rest), rest)
         results = self._call(call, t)
         split = {k: split_result(results[k], red.part) for k in sorted(results)}
@@ -117,6 +146,7 @@ class RoundCoordinator(CoordinatorBase):
     def step(self) -> dict[str, Any]:
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
+        began, self._waited, self._bytes = time.perf_counter(), 0.0, 0
         gen = self.algorithm.round(self.ctx, self.state, t)
         try:
             call = next(gen)
@@ -133,6 +163,10 @@ class RoundCoordinator(CoordinatorBase):
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
             info["headline"] = self.evaluate()
         self.maybe_checkpoint()
+        # the coordinator's own seconds this round (not waiting on the clients) and the bytes of
+        # the payloads it sent and the results it received
+        info["coordinator_busy_s"] = time.perf_counter() - began - self._waited
+        info["coordinator_bytes"] = self._bytes
         return info
 
     def _record_weights(self, step: int) -> None:
