@@ -120,6 +120,10 @@ class FPFCConfig(AlgorithmConfig):
         "paper", description="paper: pairs i < j inside A_k, once each; code: every pair (i in A_k, "
         "j in [m]), pairs inside A_k twice, as the reference code"
     )
+    report_thresholds: list[float] = Field(
+        default_factory=list, description="after the last round, also count the clusters the final theta gives at "
+        "each of these thresholds (diagnostics.parquet: clusters_nu=<value>); the run itself uses nu"
+    )
 
     @model_validator(mode="after")
     def _xi_below_lambda(self) -> "FPFCConfig":
@@ -373,6 +377,12 @@ class RayConfig(Section):
         None, gt=0.0, description="seconds a client call may take; the updates of later actors are "
         "dropped and counted (results then depend on timing)"
     )
+    client_state: Literal["memory", "disk"] = Field(
+        "memory", description="where a host keeps its clients' states between their calls: resident, or as files "
+        "in a scratch directory on its node, loaded only while a call uses them (bounded memory for large N)"
+    )
+    state_dir: str | None = Field(None, description="client_state: disk: the node-local scratch folder (default: "
+                                  "the system's temporary folder)")
     reduce_in_actors: bool = Field(
         True, description="weighted sums of client updates (FedAvg, FedSoft, IFCA, FedEM) are made inside the "
         "client actors, in client-id order along the chain of actors, one tensor per actor to the "

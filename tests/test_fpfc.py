@@ -140,3 +140,14 @@ def test_the_reference_local_baseline_trains_every_device_every_round(tmp_path, 
     every = _local_on_fpfc_data(tmp_path, 3, 2, 12, batched)
     assert every == pytest.approx(_local_on_fpfc_data(tmp_path, 1, 6, 12, batched), rel=1e-5)
     assert every < _local_on_fpfc_data(tmp_path, 3, 2, 6, batched)
+
+
+def test_the_final_clusters_are_also_counted_at_other_thresholds(tmp_path):
+    cfg = raysoft.load_config("jobs/fpfc_synthetic.yaml", [
+        "ray.backend=inprocess", "algorithm.rounds=3", "algorithm.eval_every=3", "data.clients=8",
+        "data.distributions=2", "algorithm.clients_per_round=4", "output.progress=none",
+        "algorithm.report_thresholds=[0.1, 1000.0]"])
+    r = raysoft.run(cfg, out=tmp_path)
+    d = r.table("diagnostics").set_index("name").value
+    assert d["clusters_nu=0.1"] == r.summary["num_clusters"]  # the run's own nu
+    assert d["clusters_nu=1000"] == 1  # every pair within 1000: one cluster

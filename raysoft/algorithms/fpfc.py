@@ -230,6 +230,8 @@ class FPFC(Configured[FPFCConfig]):
         if t + 1 == a.rounds:  # every member takes its cluster's n-weighted model
             w = cluster_models(w, labels, state.sizes)[labels]
             diag["weights_updated"] = True
+            diag["diagnostics"] = {f"clusters_nu={nu:g}": int(clusters(theta, m, nu).max() + 1)
+                                   for nu in a.report_thresholds}
         return FPFCState(w, theta, v, state.sizes, labels), diag
 
     def centers(self, state: FPFCState) -> torch.Tensor:

@@ -2,8 +2,9 @@
 
 The Ray client actor is a thin wrapper around a ClientHost; the in-process backend uses one
 ClientHost for every client (it is then the executor itself). A client's data is built here
-from (data config, client id, seed), and its state (local model, optimizer, ...) stays
-resident here across rounds.
+from (data config, client id, seed), and its state (local model, optimizer, ...) stays here
+across rounds: resident, or spilled to the node's disk between its calls
+(``ray.client_state``, :mod:`raysoft.backends.states`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..params import add_terms
 from ..runtime.executor import finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
+from .states import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ class ClientHost:
         self._dead = False
         fed = Federation(cfg.data, cfg.seed)
         self.contexts: dict[int, ClientContext] = {}
-        self.states: dict[int, Any] = {}
+        self.states: StateStore | dict[int, Any] = {}
         self.kept: dict[int, Any] = {}  # summed parts of results held for add_terms()
         self.fed = fed
         self.scratch = build_model(cfg.model, fed.info).to(self.device)  # shared: ops never keep it
@@ -66,19 +68,24 @@ class ClientHost:
     def _build(self, client_ids: Iterable[int]) -> None:
         fed, scratch = self.fed, self.scratch
         own = getattr(self.algorithm, "own_data", False)  # streams build their data per cycle
-        for k in client_ids:
-            data = _EMPTY if own else fed.client_data(int(k))
+        ids = [int(k) for k in client_ids]
+        for k in ids:
+            data = _EMPTY if own else fed.client_data(k)
             if self.device.type != "cpu":
                 data = dataclasses.replace(
                     data, **{f: _to(getattr(data, f), self.device) for f in ("x", "y", "test_x", "test_y")}
                 )
-            ctx = ClientContext(cfg=self.cfg, client=int(k), data=data, info=fed.info, scratch=scratch)
-            self.contexts[int(k)] = ctx
-            self.states[int(k)] = _to_device_state(self.algorithm.init_client(ctx), self.device)
+            self.contexts[k] = ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=scratch)
+        self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir)
         if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
             from ..batched import warm_up
 
             warm_up()
+
+    def _initial_state(self, k: int) -> Any:
+        """Client k's state before its first call, from (seed, client id)."""
+        with torch_threads(client_threads(self.cfg)):
+            return _to_device_state(self.algorithm.init_client(self.contexts[k]), self.device)
 
     @property
     def client_ids(self) -> list[int]:
@@ -98,7 +105,7 @@ class ClientHost:
     def reset(self) -> None:
         """Rebuild every client from (seed, client id): data and initial state."""
         ids = self.client_ids
-        self.contexts, self.states = {}, {}
+        self.contexts = {}
         self._build(ids)
 
     def get_states(self) -> dict[int, Any]:
