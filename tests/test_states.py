@@ -1,0 +1,75 @@
+"""Client states out of RAM (ray.client_state: disk): the same numbers as resident states, a
+host holding no state between calls, and checkpoints, resumes and restarts that still match."""
+
+import gc
+
+import pandas as pd
+import pytest
+import torch
+
+import raysoft
+from raysoft.backends.host import ClientHost
+from raysoft.backends.states import StateStore
+from raysoft.config import parse_config
+
+from conftest import small_config, stream_config
+from test_digests import EXPECTED, SYNC, digest
+from test_images import write_fmnist
+
+
+@pytest.fixture(scope="module")
+def fm_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fm-states")
+    write_fmnist(root)
+    return root
+
+
+def _on_disk(cfg: dict, tmp_path) -> dict:
+    return {**cfg, "ray": {**cfg.get("ray", {}), "client_state": "disk", "state_dir": str(tmp_path / "scratch")}}
+
+
+@pytest.mark.parametrize("case", ["fedsoft", "fedem", "local", "ifca", "fpfc"])
+def test_states_on_disk_give_the_pinned_numbers(case, tmp_path):
+    run = raysoft.run(_on_disk(small_config(**SYNC[case]), tmp_path), out=tmp_path)
+    assert digest(run) == EXPECTED[case]
+
+
+def test_a_stream_with_states_on_disk_gives_the_pinned_numbers(fm_root, tmp_path):
+    run = raysoft.run(_on_disk(stream_config(fm_root), tmp_path), out=tmp_path)
+    assert digest(run) == EXPECTED["ccfl"]
+
+
+def test_a_host_keeps_no_state_in_memory_between_calls(tmp_path):
+    cfg = parse_config(_on_disk(small_config(), tmp_path))
+    host = ClientHost(cfg, range(10))
+    store = host.states
+    assert isinstance(store, StateStore) and store.disk_bytes() == 0  # nothing built yet
+    d = sum(p.numel() for p in host.scratch.parameters())
+    payload = {"prox_weight": 0.1, "u": torch.full((10, 2), 0.5).numpy(), "centers": torch.zeros(2, d)}
+    host.call("train", [2, 5], payload, 0)
+    files = sorted(p.name for p in (tmp_path / "scratch").rglob("*.pt"))
+    assert files == ["2.pt", "5.pt"] and not store._mem  # only the trained clients, on disk
+    assert store.disk_bytes() > 0
+    before = host.call("train", [5], payload, 1)[5][0]
+    again = ClientHost(parse_config(small_config()), range(10))  # resident states, the same calls
+    again.call("train", [2, 5], payload, 0)
+    torch.testing.assert_close(again.call("train", [5], payload, 1)[5][0], before, rtol=0, atol=0)
+    folder = store._dir
+    del host, store
+    gc.collect()  # the host and its store refer to each other
+    assert not folder.exists()  # the scratch folder goes with its host
+
+
+def test_resume_and_restart_with_states_on_disk(tmp_path):
+    base = dict(algorithm={"rounds": 8, "eval_every": 2}, data={"clients": 10})
+    clean = raysoft.run(small_config(**base), out=tmp_path / "clean")
+    cfg = _on_disk(small_config(**base, output={"checkpoint_every": 3},
+                                faults=[{"kind": "kill_actor", "at_round": 5}]), tmp_path)
+    r = raysoft.run(cfg, out=tmp_path / "disk")  # killed at round 5, back from the round-3 checkpoint
+    for table in ("metrics", "weights"):
+        a, b = (pd.read_parquet(d / f"{table}.parquet").drop(columns=["run_id", "time_s"], errors="ignore")
+                for d in (clean.run_dir, r.run_dir))
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    (r.run_dir / "summary.json").unlink()  # as if stopped after its last checkpoint
+    resumed = raysoft.resume(r.run_dir)
+    assert digest(resumed) == digest(clean)
