@@ -14,6 +14,9 @@ algorithm's settings (its section of the config, :class:`~raysoft.config.Algorit
   parts, which a backend may accumulate where the clients run (``ray.reduce_in_actors``), one
   tensor per actor;
 * ``client_ops``: the client half, ``op(ctx, client_state, payload, t) -> (client_state, result)``;
+  ``readonly_ops`` name the ops that leave the client state as it was (default: ``evaluate``) and
+  ``stateless_ops`` those that do not read it (they get ``None``), so a host that keeps states
+  on disk (``ray.client_state: disk``) neither writes back nor loads them;
 * ``centers(state)`` (models evaluated on the holdout sets) and ``weights(state)``
   (each client's importance / mixture weights over the centers, or ``None``);
 * ``eval_payload(state)``: what the client op ``evaluate`` receives. Its results are metric
@@ -156,6 +159,8 @@ class Configured(Generic[S]):
     """An algorithm object made from its settings (declared once, in raysoft.config)."""
 
     name: str
+    readonly_ops: tuple[str, ...] = ("evaluate",)
+    stateless_ops: tuple[str, ...] = ()
 
     def __init__(self, settings: S) -> None:
         self.settings = settings

@@ -183,6 +183,7 @@ def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, An
 class FedSoft(Configured[FedSoftConfig]):
     name = "fedsoft"
     client_ops = {"estimate": client_estimate, "train": client_train, "evaluate": client_evaluate}
+    stateless_ops = ("estimate",)  # the centers' losses on the client's data
     batched_ops = {"train": client_train_batched}
 
     def init_server(self, ctx: ServerContext) -> FedSoftState:

@@ -107,6 +107,7 @@ def _ifca_evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
 class IFCA(Configured[IFCAConfig]):
     name = "ifca"
     client_ops = {"train": _ifca_train, "evaluate": _ifca_evaluate, "assign": _ifca_assign}
+    readonly_ops = ("evaluate", "assign")
 
     def init_server(self, ctx: ServerContext) -> IFCAState:
         return IFCAState(self._draw_centers(ctx, 0), np.full(ctx.num_clients, -1))

@@ -175,9 +175,13 @@ class ClientHost:
                 self.states[k] = st
             return {k: _to(res, torch.device("cpu")) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}
+        stateless = op in getattr(self.algorithm, "stateless_ops", ())
+        keeps = stateless or op in getattr(self.algorithm, "readonly_ops", ("evaluate",))
         for k in sorted(int(c) for c in client_ids):
             began = time.perf_counter()
-            self.states[k], result = fn(self.contexts[k], self.states[k], payload, t)
+            state, result = fn(self.contexts[k], None if stateless else self.states[k], payload, t)
+            if not keeps:
+                self.states[k] = state
             out[k] = _to(result, torch.device("cpu"))
             slow = self._slowdown(k, t)
             if slow > 1:  # fault injection: a straggler
