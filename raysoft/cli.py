@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="seconds per round against the bare loop and Flower",
                        description="Seconds per round of raysoft against the bare loop and Flower.",
                        error_prefix="raysoft bench")
-    b.add_argument("--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3 (default: all)")
+    b.add_argument("--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3, W4 (default: W1-W3; W4 is N = 1,000)")
     b.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, "
                                               "or this many rounds of N uploads)")
     b.add_argument("--out", default="runs/bench", help="where bench.parquet goes (default: %(default)s)")

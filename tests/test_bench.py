@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
+from raysoft.bench.workloads import variants
 from raysoft.cli import main as cli_main
-from raysoft.config import parse_config
+from raysoft.config import ConfigError, parse_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -39,9 +40,22 @@ def test_every_workload_is_a_valid_config(name, quick):
         assert cfg.algorithm.rounds == 4 * cfg.data.clients
     else:
         assert cfg.algorithm.rounds == 4 and cfg.algorithm.eval_every == 4
-    if not quick:  # the reference sizes
-        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80}[name]
+    if not quick:  # the reference sizes
+        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80, "W4": 1000}[name]
     assert parse_config(workload_config("W3", 0)).algorithm.rounds == 200
+
+
+def test_w4_is_w2_with_a_thousand_clients_as_fedsoft_and_as_fedavg():
+    assert variants("W4") == ["W4:fedsoft", "W4:fedavg"] and variants("W2") == ["W2"]
+    w2 = parse_config(workload_config("W2", 4))
+    soft, avg = (parse_config(workload_config(f"W4:{a}", 4)) for a in ("fedsoft", "fedavg"))
+    assert soft.data.clients == avg.data.clients == 1000
+    assert avg.model == soft.model == w2.model and avg.train == soft.train == w2.train
+    assert avg.algorithm == w2.algorithm  # 60 clients a round
+    assert (soft.algorithm.name, soft.algorithm.clients_per_round, soft.algorithm.estimation_interval) == ("fedsoft", 60, 2)
+    assert soft.ray.client_state == "disk"
+    with pytest.raises(ConfigError, match="W4 runs as fedsoft or fedavg"):
+        workload_config("W4:ifca", 4)
 
 
 def test_round_stats_skip_the_warm_up_round():
@@ -95,7 +109,7 @@ def test_an_unknown_workload_is_a_one_line_error():
     proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--workload", "W9", "--flower", "skip"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3)"]
+    assert proc.stderr.strip().splitlines() == ["raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4)"]
 
 
 @pytest.mark.parametrize("argv, line", [

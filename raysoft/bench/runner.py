@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import ConfigError
 from .memory import PeakSampler, tree_memory_mb
-from .workloads import DEFAULT_ROUNDS, SYSTEMS, workload_config
+from .workloads import DEFAULT_ROUNDS, SYSTEMS, variants, workload_config
 
 COLUMNS = ["workload", "system", "algorithm", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
            "updates_per_round",
@@ -70,11 +70,11 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
 
     rows = []
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
-    for w in workloads:
+    for w, name in [(w, v) for w in workloads for v in variants(w)]:
         r = rounds or (3 if quick else DEFAULT_ROUNDS[w])  # W3: rounds of N uploads (0: 200 uploads)
         export = scratch / f"{w}.npz"
         for system in SYSTEMS[w]:
-            res_path = scratch / f"{w}-{system}.json"
+            res_path = scratch / f"{name.replace(':', '-')}-{system}.json"
             if system == "flower":
                 if flower == "skip":
                     continue
@@ -89,19 +89,19 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                        "quality_metric": "accuracy", "total_s": flwr["total_s"],
                        "updates": [flwr["clients_per_round"]] * len(flwr["sec_per_round"])}
             else:
-                cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, w, str(r), "1" if quick else "0",
+                cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, name, str(r), "1" if quick else "0",
                        str(res_path)] + ([str(export)] if system == "bare" and w == "W2" else [])
-                res, sampler = _measure(f"{w} {system}", cmd, res_path, timeout)
+                res, sampler = _measure(f"{name} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
             busy, mb = coordinator_stats(res)
-            rows.append({"workload": w, "system": system, "algorithm": workload_config(w, 2)["algorithm"]["name"],
+            rows.append({"workload": w, "system": system, "algorithm": workload_config(name, 2)["algorithm"]["name"],
                          "sec_per_round": sec, "updates_per_s": ups,
                          "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
                          "rounds": len(res["sec_per_round_all"]),
                          "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
                          "quality_metric": res["quality_metric"], "total_s": res["total_s"],
                          "coordinator_busy_s": busy, "coordinator_mb": mb})
-            print(f"{w} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak RSS {sampler.peak:.0f} MB, "
+            print(f"{name} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak RSS {sampler.peak:.0f} MB, "
                   f"PSS {sampler.peak_pss:.0f} MB", file=sys.stderr)
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.mkdir(parents=True, exist_ok=True)
