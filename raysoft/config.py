@@ -164,6 +164,11 @@ class CCFLConfig(AlgorithmConfig):
         "D_k (for smaller D_k with its bars)"
     )
     loss_batch_size: int = Field(128, ge=1, description="batch size of loss_reduction batch_sum (the paper's)")
+    estimate_on: Literal["actors", "coordinator"] = Field(
+        "actors", description="CCFL: where F(w_m; D_k), the uploaded model on every cluster's validation set, is "
+        "computed: on the uploading client's actor, in parallel with the other clients (the server then only "
+        "recomputes the cluster models it changed), or on the coordinator, upload after upload"
+    )
     alpha0: float = Field(0.025, gt=0.0, le=1.0)
     alpha1_bar: float | Literal["ave"] = "ave"
     a: float = Field(10.0, ge=0.0)

@@ -128,6 +128,29 @@ def test_virtual_stream_is_identical_on_every_backend_and_packing(ray_session, t
         pd.testing.assert_frame_equal(m.reset_index(drop=True), ref.reset_index(drop=True), check_exact=True)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ccfl_estimation_on_the_actors_equals_the_coordinators(ray_session, tmp_path, fm):
+    """F(w_m; D_k) made by the uploading client's actor (the default) or by the coordinator:
+    the same tables, in-process and on Ray; the server's own forward passes drop to the cluster
+    models it changed."""
+    runs = {}
+    for where in ("coordinator", "actors"):
+        for backend in ("inprocess", "ray"):
+            cfg = stream_config(fm, estimate_on=where)
+            cfg["ray"] = {"backend": backend, "clients_per_actor": 3, "num_cpus_per_actor": 0.25}
+            runs[where, backend] = raysoft.run(cfg, out=tmp_path)
+    ref = runs["coordinator", "inprocess"]
+    for r in runs.values():
+        for table in ("metrics", "estimation"):
+            a, b = (x.table(table).drop(columns=["run_id", "time_s"], errors="ignore") for x in (r, ref))
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+    spent = {k: r.summary["time_breakdown_s"]["server_estimation_on_actors"] for k, r in runs.items()}
+    assert spent["actors", "ray"] > 0 == spent["coordinator", "ray"]
+    server = {w: runs[w, "inprocess"].summary["server_estimation_forwards"] for w in ("coordinator", "actors")}
+    assert 0 < server["actors"] < server["coordinator"]
+
+
 def test_no_drift_keeps_each_clients_mixture_and_late_joiners_start_late(tmp_path, fm):
     joins = [0.0, 0.0, 0.0, 0.0, 0.0, 1000.0]  # client 5 joins after everyone else's uploads
     cfg = stream_config(fm, drift=False)
@@ -245,7 +268,7 @@ def test_costs_local_and_fedsoft_async_download_k_times_ccfls_bytes(tmp_path, fm
     assert c["samples_trained_per_client"] == f["samples_trained_per_client"] == loc["samples_trained_per_client"]
     assert c["client_estimation_forwards_per_client"] == 0 < f["client_estimation_forwards_per_client"]
     assert c["server_estimation_forwards"] > 0 == f["server_estimation_forwards"]
-    assert set(c["time_breakdown_s"]) == {"client_training", "client_estimation", "server_estimation"}
+    assert set(c["time_breakdown_s"]) == {"client_training", "client_estimation", "server_estimation", "server_estimation_on_actors"}
     assert loc["kl"] is None and loc["cli_aft"] is None and loc["cluster_acc"] is None
     assert loc["cli_bfr"] is not None and runs["local_stream"].table("weights").empty
     m = runs["ccfl"].metrics

@@ -49,6 +49,7 @@ from torch import nn
 from ..config import CCFLConfig
 from ..params import ClientId, Params, weighted_sum
 from ..training import model_losses
+from .base import ClientContext
 from .stream import StreamAlgorithm, StreamClient, client_objective_gradient, client_start, client_update, nbytes
 
 Bar = Union[float, Literal["min"]]
@@ -276,13 +277,13 @@ def kl_floor(cap: float, low: float = 0.4, high: float = 0.9) -> float:
 
 def estimate_distribution(scratch: nn.Module, w: Params, models: torch.Tensor, val_sets: ValSets,
                           params: CCFLConfig, task: str = "classification",
-                          own_losses: np.ndarray | None = None) -> Estimate:
+                          own_losses: np.ndarray | None = None, losses: np.ndarray | None = None) -> Estimate:
     """Algorithm 1, DistributionEstimation, from the uploaded model alone. ``own_losses``: the
-    precomputed F(w_k; D_k) (computed when None)."""
+    precomputed F(w_k; D_k), ``losses``: the precomputed l_k = F(w; D_k) (each computed when None)."""
     if len(val_sets) != models.shape[0]:
         raise ValueError(f"{len(val_sets)} validation sets for {models.shape[0]} clusters")
     red, bs = params.loss_reduction, params.loss_batch_size
-    l = cluster_losses(scratch, w, val_sets, task, red, bs)
+    l = cluster_losses(scratch, w, val_sets, task, red, bs) if losses is None else np.asarray(losses, np.float64)
     own = self_losses(scratch, models, val_sets, task, red, bs) if own_losses is None else own_losses
     d1, d2 = model_distances(w, models, l, own)
     l_adj = subtract_bar(l, params.l_bar, params.score_floor)
@@ -366,10 +367,11 @@ def stale_reply(state: CCFLServerState, client: ClientId) -> tuple[Params, np.nd
 # ----------------------------------------------------------------------------- the server step
 def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
               scratch: nn.Module, val_sets: ValSets, task: str = "classification",
-              ) -> tuple[CCFLServerState, Params, dict[str, Any]]:
+              losses: np.ndarray | None = None) -> tuple[CCFLServerState, Params, dict[str, Any]]:
     """Algorithm 2's server thread for one upload (w_m, tau) from ``client``: returns the new
     state (its ``t`` is the timestamp sent back with the reply), the personalised reply and
-    diagnostics. ``val_sets`` holds (x, y) of D_k per cluster; ``scratch`` is overwritten."""
+    diagnostics. ``val_sets`` holds (x, y) of D_k per cluster; ``scratch`` is overwritten;
+    ``losses``: F(w_m; D_k) if it was computed already (where the client runs)."""
     if tau > state.t:
         raise ValueError(f"upload stamped tau={tau} is newer than the server's epoch t={state.t}")
     k = state.num_clusters
@@ -383,7 +385,7 @@ def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m:
 
     red, bs = params.loss_reduction, params.loss_batch_size
     own = self_losses(scratch, state.models, val_sets, task, red, bs, cached=state.self_losses)
-    est = estimate_distribution(scratch, w_m, state.models, val_sets, params, task, own_losses=own)
+    est = estimate_distribution(scratch, w_m, state.models, val_sets, params, task, own_losses=own, losses=losses)
     alpha = update_ratios(est.u, state.t_k, tau, params)
 
     raw = np.stack([est.l, est.d1, est.d2], axis=1)  # [K, 3]
@@ -413,6 +415,8 @@ class CCFL(StreamAlgorithm):
     reply (:func:`client_update`, shared with the baselines); the server runs
     :func:`on_upload` on every upload."""
 
+    _val_sets: ValSets | None = None
+
     def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
         return payload["initial"], None, nbytes(payload["initial"])
 
@@ -425,16 +429,28 @@ class CCFL(StreamAlgorithm):
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
         return {"initial": initial_reply(state), "t": state.t}
 
+    def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, Any]:
+        """``estimate_on: actors``: l_k = F(w_m; D_k) on every cluster's validation set, computed
+        on the uploading client's actor (the same forward passes the server would make)."""
+        a = self.settings
+        if a.estimate_on != "actors" or w is None:
+            return {}
+        if self._val_sets is None:  # the server's D_k, built once per host from (data, seed)
+            self._val_sets = [cs.drift.validation(s) for s in range(cs.drift.num_clusters)]
+        return {"l": cluster_losses(ctx.scratch, w, self._val_sets, ctx.info.task, a.loss_reduction,
+                                    a.loss_batch_size)}
+
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, Any]]:
         tick = time.perf_counter()
         recomputed = int(np.isnan(state.self_losses).sum())  # F(w_k; D_k) not cached
-        state, reply, diag = on_upload(state, self.settings, client, up["w"], up["tau"], scratch, val_sets)
+        state, reply, diag = on_upload(state, self.settings, client, up["w"], up["tau"], scratch, val_sets,
+                                       losses=up.get("l"))
         diag["server_s"] = time.perf_counter() - tick
         diag["fresh"] = not diag["stale"]
-        if not diag["stale"]:  # w_m on every D_k, plus the cluster models whose F(w_k; D_k) was stale
+        if not diag["stale"]:  # w_m on every D_k (unless the actor did), plus the stale F(w_k; D_k)
             sizes = [len(y) for _, y in val_sets]
-            diag["server_forwards"] = sum(sizes) + recomputed * int(np.mean(sizes))
+            diag["server_forwards"] = (0 if "l" in up else sum(sizes)) + recomputed * int(np.mean(sizes))
         return state, reply, diag
 
 

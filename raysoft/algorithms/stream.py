@@ -157,6 +157,11 @@ class StreamAlgorithm(Configured[CCFLConfig]):
         assert cs.local is not None
         return cs.local, nbytes(cs.local) + (8 * len(mu) if mu is not None else 0)
 
+    def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, Any]:
+        """Server-side work that depends on the upload alone, done where the client runs (in
+        parallel with the other clients) and sent with it; nothing by default."""
+        return {}
+
     def score_reply(self, ctx: ClientContext, cs: StreamClient, anchor: Params) -> dict[str, float]:
         """Cli Aft: the reply on the test set of the data it was sent for."""
         set_flat(ctx.scratch, anchor)
@@ -215,10 +220,14 @@ class StreamAlgorithm(Configured[CCFLConfig]):
         before = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
         cs.uploaded_shares = cs.data.shares
         w, up = self.upload(cs, mu)
+        tick = time.perf_counter()
+        work = self.server_work(ctx, cs, w)
+        work_s = time.perf_counter() - tick
         return cs, {"w": w, "tau": cs.tau, "before": before, "after": after, "mu": mu, "shares": cs.data.shares,
-                    "samples": len(cs.data), "silent": silent, "finished": time.time(),
+                    "samples": len(cs.data), "silent": silent, "finished": time.time(), **work,
                     "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
-                             "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s}}
+                             "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s,
+                             "server_on_actor_s": work_s}}
 
     # ------------------------------------------------------------------ server half
     def init_server(self, models: torch.Tensor) -> Any:

@@ -85,7 +85,7 @@ class StreamCoordinator(CoordinatorBase):
         self.finished = False
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
-                                        "silent_ticks")}
+                                        "server_on_actor_s", "silent_ticks")}
 
     @property
     def round(self) -> int:
@@ -125,7 +125,7 @@ class StreamCoordinator(CoordinatorBase):
         if up["after"] is not None:  # the previous reply, scored on the data it was sent for
             self._record_after(m, up["after"])
         for name, value in up["cost"].items():
-            self.totals[name] += value
+            self.totals[name] = self.totals.get(name, 0.0) + value
             if not name.endswith("_s"):
                 self.row("client", m, -1, name, value, vtime=vt)
         self.totals["silent_ticks"] += up["silent"]
@@ -259,7 +259,8 @@ class StreamCoordinator(CoordinatorBase):
                    server_estimation_forwards=int(tot["server_forwards"]), silent_ticks=int(tot["silent_ticks"]),
                    # where the time goes: seconds summed over clients (they run in parallel) and the server's
                    time_breakdown_s={"client_training": tot["train_s"], "client_estimation": tot["estimation_s"],
-                                     "server_estimation": tot["server_estimation_s"]})
+                                     "server_estimation": tot["server_estimation_s"],
+                                     "server_estimation_on_actors": tot.get("server_on_actor_s", 0.0)})
         out.update(run_id=self.recorder.run_id, algorithm=self.a.name, dataset=self.cfg.data.name,
                    rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
                    wall_time_s=self.elapsed())
