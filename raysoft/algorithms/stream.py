@@ -222,7 +222,7 @@ class StreamAlgorithm(Configured[CCFLConfig]):
         w, up = self.upload(cs, mu)
         tick = time.perf_counter()
         work = self.server_work(ctx, cs, w)
-        work_s = time.perf_counter() - tick
+        work_s = time.perf_counter() - tick if work else 0.0
         return cs, {"w": w, "tau": cs.tau, "before": before, "after": after, "mu": mu, "shares": cs.data.shares,
                     "samples": len(cs.data), "silent": silent, "finished": time.time(), **work,
                     "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
