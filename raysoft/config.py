@@ -388,6 +388,11 @@ class RayConfig(Section):
     )
     state_dir: str | None = Field(None, description="client_state: disk: the node-local scratch folder (default: "
                                   "the system's temporary folder)")
+    balance: Literal["cost", "clients"] = Field(
+        "cost", description="who trains a round's clients: cost: the client actors take runs of consecutive client "
+        "ids of even cost (samples), a client trained away from its actor travelling there with its state and back; "
+        "clients: each client on the actor that hosts it. The same numbers either way (off with round_deadline_s)"
+    )
     reduce_in_actors: bool = Field(
         True, description="weighted sums of client updates (FedAvg, FedSoft, IFCA, FedEM) are made inside the "
         "client actors, in client-id order along the chain of actors, one tensor per actor to the "

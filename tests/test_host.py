@@ -154,3 +154,31 @@ def test_recover_leaves_a_live_host_as_it_is():
         train(x, [0, 1], 0)
     h.recover()
     assert same(train(h, [0, 1], 1), train(ref, [0, 1], 1))
+
+
+@pytest.mark.parametrize("algorithm, state_mode", [("fedsoft", "memory"), ("fedsoft", "disk"), ("fedavg", "memory")])
+def test_a_visiting_client_trains_as_it_would_at_home(algorithm, state_mode, tmp_path):
+    """Balanced rounds: clients 3 and 4 of host A train on host B with their lent states; the
+    results, and the states A takes back, are those of training them at home, two rounds on."""
+    def make(clients):
+        cfg = parse_config(small_config(algorithm={"name": algorithm},
+                                        ray={"client_state": state_mode, "state_dir": str(tmp_path)}))
+        return ClientHost(cfg, clients)
+
+    home, a, b = make(range(10)), make(range(5)), make(range(5, 10))
+    for t in (0, 1):
+        want = train(home, [3, 4, 6], t, algorithm)
+        got_b, back = b.visit("call", "train", [3, 4, 6], payload(algorithm), t, (), [a.lend([3, 4])])
+        assert sorted(back) == [3, 4]  # only the visitors' states travel back
+        a.take(back)
+        assert same(got_b, want)
+        assert 3 not in b.contexts and 3 not in list(b.states)  # B hosts its own clients only
+    assert same(train(a, [3, 4], 2, algorithm), train(home, [3, 4], 2, algorithm))
+
+
+def test_a_visit_that_leaves_states_unchanged_sends_none_back():
+    a, b = host("fedsoft", range(5)), host("fedsoft", range(5, 10))
+    state_before = a.lend([2])
+    out, back = b.visit("call", "evaluate", [2, 7], {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}, 0,
+                        (), [state_before])
+    assert back == {} and sorted(out) == [2, 7]

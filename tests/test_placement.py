@@ -199,3 +199,37 @@ def test_a_cluster_that_may_grow_is_waited_for_with_a_deadline(ray_session, tmp_
     assert list(tmp_path.iterdir()) == []
     ours = {k: v for k, v in ray.util.placement_group_table().items() if k not in before}
     assert ours and all(pg["state"] == "REMOVED" for pg in ours.values())
+
+
+def test_balanced_segments_split_consecutive_ids_at_the_smallest_largest_cost():
+    from raysoft.backends.plan import balanced_segments
+
+    costs = {1: 5, 3: 1, 4: 1, 7: 1, 8: 4, 9: 2}
+    # no split into 3 runs does better than 6 ([1] 5 | [3 4 7 8] 7 > 6 forces a fourth); the
+    # earlier runs fill up to 6 first: [1 3] 6 | [4 7 8] 6 | [9] 2
+    assert balanced_segments([9, 1, 4, 3, 8, 7], costs, 3) == [[1, 3], [4, 7, 8], [9]]
+    assert balanced_segments([1, 3, 4, 7, 8, 9], costs, 2) == [[1, 3, 4], [7, 8, 9]]  # 7 | 7
+    assert balanced_segments([1, 3], costs, 5) == [[1], [3]]
+    assert balanced_segments([1, 3, 4], costs, 1) == [[1, 3, 4]]
+    assert balanced_segments([], costs, 2) == []
+    # equal costs: even counts; one heavy client alone in its run
+    assert [len(r) for r in balanced_segments(range(60), [150] * 60, 2)] == [30, 30]
+    heavy = [20000] + [400] * 59
+    runs = balanced_segments(range(60), heavy, 2)  # 20,000 + 5 x 400 = 22,000 against 54 x 400 = 21,600
+    assert [len(r) for r in runs] == [6, 54] and sum(heavy[k] for k in runs[0]) == 22000
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=12), st.integers(1, 5))
+def test_balanced_segments_is_optimal_over_every_split(sizes, parts):
+    import itertools
+
+    from raysoft.backends.plan import balanced_segments
+
+    ids = list(range(len(sizes)))
+    runs = balanced_segments(ids, sizes, parts)
+    assert [k for r in runs for k in r] == ids and 1 <= len(runs) <= parts and all(runs)
+    best = min(max(sum(sizes[a:b]) for a, b in zip((0,) + cut, cut + (len(sizes),)))
+               for n in range(min(parts, len(sizes)))
+               for cut in itertools.combinations(range(1, len(sizes)), n))
+    assert max(sum(sizes[k] for k in r) for r in runs) == best

@@ -266,3 +266,32 @@ def test_the_printed_run_directory_is_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run = raysoft.run(small_config(), out="runs")
     assert run.run_dir.is_absolute() and run.location == str(tmp_path / "runs" / run.run_dir.name)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.parametrize("algo", [{"name": "fedsoft"}, {"name": "fedavg"}])
+def test_balanced_rounds_even_the_actors_samples_and_keep_the_numbers(ray_session, algo):
+    """ray.balance: cost moves clients (with their states) between actors so that each actor
+    trains runs of consecutive ids of even samples: never a larger largest load than the
+    clients' own actors, smaller in some round, and bit-identical results."""
+    from raysoft.backends import run_backend
+    from raysoft.config import parse_config
+
+    algo = {**algo, "rounds": 5, "clients_per_round": 7, "eval_every": 1}
+    out = {}
+    for balance in ("clients", "cost"):
+        cfg = parse_config(small_config(algorithm=algo, data={"samples_min": 20, "samples_max": 400},
+                                        ray={"backend": "ray", "clients_per_actor": 4, "num_cpus_per_actor": 0.1,
+                                             "balance": balance}))
+        infos = []
+        tables, _ = run_backend(cfg, "t", infos.append)
+        rounds = [i for i in infos if "actor_samples" in i]
+        out[balance] = (tables["metrics"].to_pandas().drop(columns=["run_id", "time_s"]), rounds)
+    (m_own, own), (m_cost, cost) = out["clients"], out["cost"]
+    pd.testing.assert_frame_equal(m_cost, m_own, check_exact=True)
+    assert len(own) == len(cost) == 5
+    assert all(r["clients_moved"] == 0 for r in own) and sum(r["clients_moved"] for r in cost) > 0
+    assert all(sum(a["actor_samples"]) == sum(b["actor_samples"]) for a, b in zip(own, cost))
+    assert all(max(b["actor_samples"]) <= max(a["actor_samples"]) for a, b in zip(own, cost))
+    assert any(max(b["actor_samples"]) < max(a["actor_samples"]) for a, b in zip(own, cost))

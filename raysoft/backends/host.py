@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import MutableMapping
 from typing import Any, Iterable
 
 import numpy as np
@@ -66,21 +67,25 @@ class ClientHost:
             self._build(client_ids)
 
     def _build(self, client_ids: Iterable[int]) -> None:
-        fed, scratch = self.fed, self.scratch
-        own = getattr(self.algorithm, "own_data", False)  # streams build their data per cycle
         ids = [int(k) for k in client_ids]
+        self.visitors: dict[int, ClientContext] = {}  # other hosts' clients run here (balanced rounds)
         for k in ids:
-            data = _EMPTY if own else fed.client_data(k)
-            if self.device.type != "cpu":
-                data = dataclasses.replace(
-                    data, **{f: _to(getattr(data, f), self.device) for f in ("x", "y", "test_x", "test_y")}
-                )
-            self.contexts[k] = ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=scratch)
+            self.contexts[k] = self._context(k)
         self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir)
         if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
             from ..batched import warm_up
 
             warm_up()
+
+    def _context(self, k: int) -> ClientContext:
+        """Client k's data and context, built from (data config, seed, k)."""
+        fed = self.fed
+        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.client_data(k)
+        if self.device.type != "cpu":
+            data = dataclasses.replace(
+                data, **{f: _to(getattr(data, f), self.device) for f in ("x", "y", "test_x", "test_y")}
+            )
+        return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch)
 
     def _initial_state(self, k: int) -> Any:
         """Client k's state before its first call, from (seed, client id)."""
@@ -119,6 +124,37 @@ class ClientHost:
                 raise KeyError(f"client {k} is not hosted here")
             self.states[int(k)] = _state_to(st, self.device)
 
+    # balanced rounds: a client's op may run on another host, with its state lent there and back
+    def lend(self, client_ids: Iterable[int]) -> dict[int, Any]:
+        """The states of hosted clients ``client_ids``, on the CPU, for a call on another host."""
+        return {int(k): _state_to(self.states[int(k)], torch.device("cpu")) for k in client_ids}
+
+    def take(self, states: dict[int, Any]) -> None:
+        """Take back the updated states of the hosted clients among ``states`` (others' are skipped)."""
+        self.set_states({k: st for k, st in states.items() if int(k) in self.contexts})
+
+    def visit(self, method: str, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+              extra: tuple, lent: Iterable[dict[int, Any]]) -> tuple[Any, dict[int, Any]]:
+        """:meth:`call` or :meth:`keep` (``method``) for ``client_ids``, some of them other hosts'
+        clients whose states are ``lent`` (dicts from their hosts' :meth:`lend`). Returns the
+        method's answer and the visitors' states after the op, on the CPU (none if the op leaves
+        states unchanged), for their hosts' :meth:`take`."""
+        guests: dict[int, Any] = {}
+        for part in lent:
+            guests.update({int(k): _state_to(st, self.device) for k, st in part.items()})
+        for k in guests:
+            if k not in self.visitors:
+                self.visitors[k] = self._context(k)
+        own_contexts, own_states = self.contexts, self.states
+        self.contexts = {**own_contexts, **{k: self.visitors[k] for k in guests}}
+        self.states = _Visiting(own_states, guests)
+        try:
+            out = getattr(self, method)(op, client_ids, payload, t, *extra)
+            changed = self.states.changed
+        finally:
+            self.contexts, self.states = own_contexts, own_states
+        return out, {k: _state_to(guests[k], torch.device("cpu")) for k in sorted(changed)}
+
     def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU."""
         if self._dead:
@@ -154,7 +190,7 @@ class ClientHost:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected
         straggler, which is slowed client by client), else None."""
         fn = getattr(self.algorithm, "batched_ops", {}).get(op)
-        if fn is None or len(ids) < 2 or any(self._slowdown(k, t) > 1 for k in ids):
+        if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids):
             return None
         from ..batched import can_batch, use_batched
 
@@ -190,6 +226,33 @@ class ClientHost:
 
     def _slowdown(self, client: int, t: int) -> float:
         return slowdown(self.cfg.faults, client, t)
+
+
+class _Visiting(MutableMapping):
+    """A host's own states plus visiting clients' (lent) states, during one visit; records
+    which visitors' states the op replaced."""
+
+    def __init__(self, own: Any, guests: dict[int, Any]) -> None:
+        self.own, self.guests, self.changed = own, guests, set()
+
+    def __getitem__(self, k: int) -> Any:
+        return self.guests[k] if k in self.guests else self.own[k]
+
+    def __setitem__(self, k: int, state: Any) -> None:
+        if k in self.guests:
+            self.guests[k] = state
+            self.changed.add(k)
+        else:
+            self.own[k] = state
+
+    def __delitem__(self, k: int) -> None:
+        raise TypeError("a visiting client's state cannot be deleted")
+
+    def __iter__(self):
+        return iter(sorted(set(self.own) | set(self.guests)))
+
+    def __len__(self) -> int:
+        return len(set(self.own) | set(self.guests))
 
 
 def _to_device_state(state: Any, device: torch.device) -> Any:

@@ -200,3 +200,36 @@ def not_placed(num_clients: int, rc: RayConfig, cluster: Cluster, actors: int, s
         return f"{head}: {err}"
     return (f"{head}: {cluster.describe()} has room for them, but other work holds it; try again later or raise "
             "ray.placement_timeout_s")
+
+
+def balanced_segments(ids: Sequence[int], costs: Sequence[int], parts: int) -> list[list[int]]:
+    """A call's clients ``ids`` split into at most ``parts`` runs of consecutive ids (in id order),
+    the largest run's cost (``costs[k]``: client k's samples) as small as any split into runs can
+    make it; earlier runs are filled first. Runs of consecutive ids keep the sums of the chain in
+    client-id order, and the split depends only on the ids, their costs and ``parts``."""
+    ids = sorted(int(k) for k in ids)
+    if parts < 1:
+        raise ValueError(f"balanced_segments: parts must be at least 1 (got {parts})")
+    if not ids:
+        return []
+    c = [max(int(costs[k]), 1) for k in ids]
+
+    def runs(cap: int) -> list[list[int]]:
+        out: list[list[int]] = [[]]
+        load = 0
+        for k, ck in zip(ids, c):
+            if out[-1] and load + ck > cap:
+                out.append([])
+                load = 0
+            out[-1].append(k)
+            load += ck
+        return out
+
+    lo, hi = max(c), sum(c)  # the smallest cap that needs at most ``parts`` runs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(runs(mid)) <= parts:
+            hi = mid
+        else:
+            lo = mid + 1
+    return runs(lo)

@@ -29,7 +29,7 @@ from ..datafiles import DataFileError, MissingDataError
 from ..errors import UpdateError
 from ..interrupts import keep_sigterm_handler
 from . import auth
-from .plan import Cluster, Plan, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
+from .plan import Cluster, Plan, balanced_segments, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
 # The driver imports neither torch nor the runtime (hundreds of MB per process;
 # docs/performance.md): the coordinator and client actors import them in their own processes.
@@ -179,6 +179,17 @@ class ClientActor:
     def add_terms(self, terms: dict[int, Any], acc: Any) -> Any:
         return self.host.add_terms(terms, acc)
 
+    def lend(self, client_ids: list[int]) -> dict[int, Any]:
+        return self.host.lend(client_ids)
+
+    def take(self, states: dict[int, Any]) -> None:
+        self.host.take(states)
+
+    @ray.method(num_returns=2)
+    def visit(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int, extra: tuple,
+              *lent: dict[int, Any]) -> tuple[Any, dict[int, Any]]:
+        return self.host.visit(method, op, client_ids, payload, t, extra, lent)
+
     def get_states(self) -> dict[int, Any]:
         return self.host.get_states()
 
@@ -211,6 +222,41 @@ class RayExecutor:
         self.owner = {k: i for i, block in enumerate(self.blocks) for k in block}
         self.placement = self._gather([a.start.remote() for a in self.actors])
         self.late: list[int] = []  # clients whose updates missed the last call's deadline
+        self.costs: Any = None  # per client: its samples (balanced rounds), from set_costs
+        self.where: dict[int, int] = {}  # client -> the actor its last keep ran on
+        self.samples = [0] * len(self.actors)  # per actor: training samples run since take_counters()
+        self.moved = 0  # clients trained away from their actor since take_counters()
+        from ..algorithms import make_algorithm
+
+        algo = make_algorithm(cfg.algorithm)
+        self.unchanged = set(getattr(algo, "readonly_ops", ("evaluate",))) | set(getattr(algo, "stateless_ops", ()))
+
+    def set_costs(self, costs: Any) -> None:
+        """Each client's cost (its training samples): with ``ray.balance: cost``, the clients of a
+        training call are split over the actors by it."""
+        self.costs = costs
+
+    def take_counters(self) -> dict[str, Any]:
+        """Since the last call: each actor's training samples (a client's samples per training
+        call, the cost ``ray.balance`` evens out) and the clients trained away from their actor."""
+        out = {"actor_samples": list(self.samples), "clients_moved": self.moved}
+        self.samples, self.moved = [0] * len(self.actors), 0
+        return out
+
+    def _groups(self, op: str, client_ids: list[int]) -> dict[int, list[int]]:
+        """Which actor runs which clients of a call: by owner, or (``ray.balance: cost``, for
+        the ops that change client states, i.e. training) runs of consecutive client ids of
+        even cost, run j on actor j (other actors' clients visit it with their states)."""
+        balance = (self.rc.balance == "cost" and self.costs is not None and op not in self.unchanged
+                   and self.rc.round_deadline_s is None and len(self.actors) > 1)
+        groups: dict[int, list[int]] = {}
+        if balance:
+            for i, run in enumerate(balanced_segments(client_ids, self.costs, len(self.actors))):
+                groups[i] = run
+            return groups
+        for k in sorted(client_ids):
+            groups.setdefault(self.owner[k], []).append(k)
+        return groups
 
     def _create(self, block: list[int], index: int):
         opts: dict[str, Any] = {"num_cpus": self.rc.num_cpus_per_actor, "num_gpus": self.rc.num_gpus_per_actor}
@@ -256,7 +302,7 @@ class RayExecutor:
         are sequential."""
         parts: dict[int, dict[int, Any]] = {}
         for k in sorted(plan.terms):
-            parts.setdefault(self.owner[k], {})[k] = plan.terms[k]
+            parts.setdefault(self.where.get(k, self.owner[k]), {})[k] = plan.terms[k]
         order = sorted(parts, key=lambda i: min(parts[i]))
         for a, b in zip(order, order[1:]):
             if max(parts[a]) > min(parts[b]):  # blocks are contiguous ranges; never interleave
@@ -269,12 +315,28 @@ class RayExecutor:
     def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              extra: tuple = ()) -> dict[int, Any]:
         ref = ray.put(payload)  # once per call, shared by every actor
-        groups: dict[int, list[int]] = {}
-        for k in client_ids:
-            groups.setdefault(self.owner[k], []).append(k)
-        futures = []
+        groups = self._groups(op, client_ids)
+        self.where = {k: i for i, ks in groups.items() for k in ks}
+        if op not in self.unchanged and self.costs is not None:
+            for i, ks in groups.items():
+                self.samples[i] += sum(int(self.costs[k]) for k in ks)
+        visitors: dict[int, dict[int, list[int]]] = {}  # actor -> owner -> the owner's clients it runs
+        for i, ks in groups.items():
+            for k in ks:
+                if self.owner[k] != i:
+                    visitors.setdefault(i, {}).setdefault(self.owner[k], []).append(k)
+                    self.moved += 1
+        # every loan is asked for before any call, so that no owner lends only after its own training
+        lent = {i: [self.actors[o].lend.remote(g) for o, g in sorted(vis.items())] for i, vis in visitors.items()}
+        futures, returned = [], []
         for i, ks in sorted(groups.items()):
-            futures.append(getattr(self.actors[i], method).remote(op, ks, ref, t, *extra))
+            if i not in lent:
+                futures.append(getattr(self.actors[i], method).remote(op, ks, ref, t, *extra))
+                continue
+            out, states = self.actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            futures.append(out)
+            if op not in self.unchanged:  # the visitors' new states go home, actor to actor
+                returned += [self.actors[o].take.remote(states) for o in visitors[i]]
         self.late = []
         if self.rc.round_deadline_s is not None and op != "evaluate":
             ready, pending = ray.wait(futures, num_returns=len(futures), timeout=self.rc.round_deadline_s)
@@ -284,6 +346,7 @@ class RayExecutor:
         out: dict[int, Any] = {}
         for result in self._gather(futures):
             out.update(result)
+        self._gather(returned)
         return out
 
     def get_states(self) -> dict[int, Any]:

@@ -50,6 +50,8 @@ class RoundCoordinator(CoordinatorBase):
         self.algorithm = algorithm
         self.fed = Federation(cfg.data, cfg.seed)
         self.ctx = ServerContext(cfg=cfg, sizes=self.fed.sizes, info=self.fed.info)
+        if hasattr(executor, "set_costs"):  # balanced rounds: a client's training costs its samples
+            executor.set_costs(self.fed.sizes)
         self.holdouts = [self.fed.holdout(s) for s in range(self.fed.num_distributions)]
         self.scratch = build_model(cfg.model, self.fed.info)
         self.metric = HEADLINE[self.fed.info.task]
@@ -167,6 +169,9 @@ class RoundCoordinator(CoordinatorBase):
         # the payloads it sent and the results it received
         info["coordinator_busy_s"] = time.perf_counter() - began - self._waited
         info["coordinator_bytes"] = self._bytes
+        counters = getattr(self.executor, "take_counters", None)  # the client actors' loads (Ray)
+        if counters is not None:
+            info.update(counters())
         return info
 
     def _record_weights(self, step: int) -> None:
