@@ -399,6 +399,14 @@ class RayConfig(Section):
         "coordinator; false: every update travels to the coordinator. The same numbers either way"
     )
 
+    sum_shape: Literal["chain", "tree"] = Field(
+        "chain", description="how a round's weighted sum is added up: chain: client after client, in id order "
+        "(in the actors, one hop per actor); tree: runs of sum_group consecutive clients summed from zeros, "
+        "then the runs' sums pairwise, then added to the start (log-depth in the actors). Either shape gives the "
+        "same numbers on every backend and packing; the two shapes differ from each other in the last bits"
+    )
+    sum_group: int = Field(8, ge=1, description="sum_shape: tree: clients per run of the tree's first level")
+
     @model_validator(mode="after")
     def _deadline_needs_ray(self) -> "RayConfig":
         if self.round_deadline_s is not None and self.backend != "ray":

@@ -60,10 +60,41 @@ class Plan:
     start: torch.Tensor | None
     terms: dict[int, Term | list[Term]]
 
-    def apply(self, parts: Mapping[int, torch.Tensor]) -> torch.Tensor | None:
+    def apply(self, parts: Mapping[int, torch.Tensor], group: int | None = None) -> torch.Tensor | None:
         """The sum, ``parts[k]`` being client k's summed part, added into ``start`` in place
-        (:func:`~raysoft.params.add_terms`); ``start`` (None too) when there is no term."""
-        return add_terms(self.terms, parts, self.start) if self.terms else self.start
+        (:func:`~raysoft.params.add_terms`); ``start`` (None too) when there is no term.
+        ``group``: the tree shape instead of the chain (:meth:`groups`, :func:`pairwise`)."""
+        if not self.terms:
+            return self.start
+        if group is None:
+            return add_terms(self.terms, parts, self.start)
+        sums = [add_terms(terms, parts, self.zero()) for terms in self.groups(group)]
+        return self.finish(pairwise(sums))
+
+    # the tree shape (``ray.sum_shape: tree``): its association is fixed by the client ids alone
+    def groups(self, group: int) -> list[dict[int, Term | list[Term]]]:
+        """The terms in runs of ``group`` consecutive clients (in id order): each run is summed
+        from zeros, then the runs' sums pairwise (:func:`pairwise`), then added to ``start``."""
+        ids = sorted(self.terms)
+        return [{k: self.terms[k] for k in ids[i : i + group]} for i in range(0, len(ids), group)]
+
+    def zero(self) -> torch.Tensor | None:
+        """Where a run of the tree starts: zeros like ``start`` (None: like the first term)."""
+        return None if self.start is None else torch.zeros_like(self.start)
+
+    def finish(self, total: torch.Tensor) -> torch.Tensor:
+        """``start + total`` (into ``start``), or ``total`` when there is no start."""
+        return total if self.start is None else self.start.add_(total)
+
+
+def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of ``sums`` as a balanced tree of additions, in order: level by level,
+    ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep."""
+    if not sums:
+        raise ValueError("pairwise: nothing to add")
+    while len(sums) > 1:
+        sums = [torch.add(a, b) for a, b in zip(sums[0::2], sums[1::2])] + (sums[-1:] if len(sums) % 2 else [])
+    return sums[0]
 
 
 class Reduction:

@@ -174,17 +174,21 @@ class ClientHost:
             out[k] = (finite(r), rest)
         return out
 
-    def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None) -> torch.Tensor:
+    def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None,
+                  fresh: bool = False) -> torch.Tensor:
         """``acc`` plus this host's terms of a plan, added in client-id order (see
-        ``params.add_terms``); then drops the kept results."""
-        kept, self.kept = self.kept, {}
-        return add_terms(terms, kept, acc)
+        ``params.add_terms``); drops the kept results it used. ``fresh``: start from zeros like
+        ``acc`` (a run of the tree; ``acc`` is then the plan's start, which it leaves alone)."""
+        parts = {k: self.kept.pop(k) for k in terms}
+        if fresh and acc is not None:
+            acc = torch.zeros_like(acc)
+        return add_terms(terms, parts, acc)
 
     def accumulate(self, plan: Plan) -> torch.Tensor:
         """The whole plan here (the in-process backend: every client is in this host); then
         drops the kept results."""
         kept, self.kept = self.kept, {}
-        return plan.apply(kept)
+        return plan.apply(kept, self.cfg.ray.sum_group if self.cfg.ray.sum_shape == "tree" else None)
 
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected

@@ -176,8 +176,14 @@ class ClientActor:
              part: int | None) -> dict[int, Any]:
         return self.host.keep(op, client_ids, payload, t, part)
 
-    def add_terms(self, terms: dict[int, Any], acc: Any) -> Any:
-        return self.host.add_terms(terms, acc)
+    def add_terms(self, terms: dict[int, Any], acc: Any, fresh: bool = False) -> Any:
+        return self.host.add_terms(terms, acc, fresh)
+
+    def combine(self, a: Any, b: Any) -> Any:
+        """One addition of the tree (``Plan.apply``'s ``pairwise``): ``a + b``."""
+        import torch
+
+        return torch.add(a, b)
 
     def lend(self, client_ids: list[int]) -> dict[int, Any]:
         return self.host.lend(client_ids)
@@ -300,17 +306,39 @@ class RayExecutor:
         reference on, the tensor goes actor to actor), so the terms are added in client-id
         order whatever the packing. The training ran in parallel before; only these additions
         are sequential."""
+        if self.rc.sum_shape == "tree":
+            return self._tree(plan)
+        return self._gather([self._chain(plan.terms, plan.start)[0]])[0]
+
+    def _chain(self, terms: dict[int, Any], acc: Any, fresh: bool = False) -> tuple[Any, int]:
+        """The reference to ``acc`` plus ``terms``, added actor after actor in client-id order
+        (``fresh``: from zeros like ``acc``), and the actor it ends on."""
         parts: dict[int, dict[int, Any]] = {}
-        for k in sorted(plan.terms):
-            parts.setdefault(self.where.get(k, self.owner[k]), {})[k] = plan.terms[k]
+        for k in sorted(terms):
+            parts.setdefault(self.where.get(k, self.owner[k]), {})[k] = terms[k]
         order = sorted(parts, key=lambda i: min(parts[i]))
         for a, b in zip(order, order[1:]):
             if max(parts[a]) > min(parts[b]):  # blocks are contiguous ranges; never interleave
                 raise RuntimeError("accumulate: actors' client blocks interleave")
-        acc = plan.start
-        for i in order:
-            acc = self.actors[i].add_terms.remote(parts[i], acc)
-        return self._gather([acc])[0]
+        for n, i in enumerate(order):
+            acc = self.actors[i].add_terms.remote(parts[i], acc, fresh and n == 0)
+        return acc, order[-1]
+
+    def _tree(self, plan: Any) -> Any:
+        """``ray.sum_shape: tree``: each run of ``sum_group`` consecutive clients is a short
+        chain from zeros (all runs at once), the runs' sums are added pairwise on the actors, and
+        the total to the start: the additions of ``Plan.apply(parts, group)``, log-depth."""
+        start = None if plan.start is None else ray.put(plan.start)
+        level = [self._chain(terms, start, fresh=True) for terms in plan.groups(self.rc.sum_group)]
+        # each pair is added on the actor that made its first sum (the tensor is already there)
+        while len(level) > 1:
+            pairs = zip(level[0::2], level[1::2])
+            level = [(self.actors[i].combine.remote(a, b), i) for (a, i), (b, _) in pairs] + (
+                level[-1:] if len(level) % 2 else [])
+        total, i = level[0]
+        if start is not None:  # start + total, as Plan.finish
+            total = self.actors[i].combine.remote(start, total)
+        return self._gather([total])[0]
 
     def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              extra: tuple = ()) -> dict[int, Any]:
