@@ -356,15 +356,17 @@ class RayExecutor:
                     self.moved += 1
         # every loan is asked for before any call, so that no owner lends only after its own training
         lent = {i: [self.actors[o].lend.remote(g) for o, g in sorted(vis.items())] for i, vis in visitors.items()}
-        futures, returned = [], []
+        futures, back = [], {}
         for i, ks in sorted(groups.items()):
             if i not in lent:
                 futures.append(getattr(self.actors[i], method).remote(op, ks, ref, t, *extra))
                 continue
-            out, states = self.actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            out, back[i] = self.actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
             futures.append(out)
-            if op not in self.unchanged:  # the visitors' new states go home, actor to actor
-                returned += [self.actors[o].take.remote(states) for o in visitors[i]]
+        # the visitors' new states go home, actor to actor; asked for after every call, so that
+        # no actor's own training waits behind a take (an actor runs its calls in order)
+        returned = [self.actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]
+                    if op not in self.unchanged]
         self.late = []
         if self.rc.round_deadline_s is not None and op != "evaluate":
             ready, pending = ray.wait(futures, num_returns=len(futures), timeout=self.rc.round_deadline_s)
