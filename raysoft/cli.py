@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "or this many rounds of N uploads)")
     b.add_argument("--out", default="runs/bench", help="where bench.parquet goes (default: %(default)s)")
     b.add_argument("--quick", action="store_true", help="a small version of each workload (a smoke test)")
+    b.add_argument("--clients", type=int, help="W4's population N (default 1,000; the scaling table)")
     b.add_argument("--flower", default=".venv-flower",
                    help="the Flower virtual environment (created on first use), or 'skip'")
     # one measurement in a subprocess of raysoft bench: SYSTEM WORKLOAD ROUNDS QUICK(1/0) OUT_JSON [EXPORT]
@@ -109,7 +110,7 @@ def _bench(args: argparse.Namespace) -> int:
         system, workload, rounds, quick, out, *export = args.worker
         return worker(system, workload, int(rounds), quick == "1", Path(out), Path(export[0]) if export else None)
     workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
-    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower)
+    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients)
 
 
 def main(argv: list[str] | None = None) -> int:

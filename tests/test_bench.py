@@ -56,6 +56,10 @@ def test_w4_is_w2_with_a_thousand_clients_as_fedsoft_and_as_fedavg():
     assert soft.ray.client_state == "disk"
     with pytest.raises(ConfigError, match="W4 runs as fedsoft or fedavg"):
         workload_config("W4:ifca", 4)
+    assert parse_config(workload_config("W4:fedavg@300", 4)).data.clients == 300  # the scaling table
+    for bad in ("W2@300", "W4:fedavg@30", "W4@many"):
+        with pytest.raises(ConfigError, match="--clients: only W4's population"):
+            workload_config(bad, 4)
 
 
 def test_round_stats_skip_the_warm_up_round():
@@ -94,15 +98,16 @@ def test_markdown_gives_the_speed_up_of_raysoft():
          "peak_pss_mb": 1500.0, "quality": 0.8, "quality_metric": "accuracy"},
     ])
     table["algorithm"] = "fedavg"
+    table["clients"] = 100
     table["coordinator_busy_s"] = [0.12, float("nan")]
     table["coordinator_mb"] = [2.5, float("nan")]
     floor = {"workload": "W2", "system": "floor", "algorithm": "fedavg", "sec_per_round": 1.6, "updates_per_s": 37.5,
              "peak_rss_mb": 400.0, "peak_pss_mb": 300.0, "quality": float("nan"),
              "quality_metric": "11.2 MFLOP/sample at 120.0 GFLOP/s"}
     text = markdown(pd.concat([table, pd.DataFrame([floor])], ignore_index=True))
-    assert "| W2 | flower | fedavg | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× | – | – |" in text
-    assert "| W2 | raysoft | fedavg | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – | 0.120 | 2.5 |" in text
-    assert "| W2 | floor | fedavg | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× | – | – |" in text
+    assert "| W2 | flower | fedavg | 100 | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× | – | – |" in text
+    assert "| W2 | raysoft | fedavg | 100 | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – | 0.120 | 2.5 |" in text
+    assert "| W2 | floor | fedavg | – | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× | – | – |" in text
 
 
 def test_an_unknown_workload_is_a_one_line_error():

@@ -18,7 +18,7 @@ from ..config import ConfigError
 from .memory import PeakSampler, tree_memory_mb
 from .workloads import DEFAULT_ROUNDS, SYSTEMS, variants, workload_config
 
-COLUMNS = ["workload", "system", "algorithm", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
+COLUMNS = ["workload", "system", "algorithm", "clients", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
            "updates_per_round",
            "quality", "quality_metric", "total_s", "coordinator_busy_s", "coordinator_mb"]
 
@@ -64,13 +64,15 @@ def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None) 
 
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
-          timeout: float | None = None) -> "Any":
-    """Run every (workload, system); write ``bench.parquet`` and return its table."""
+          timeout: float | None = None, clients: int | None = None) -> "Any":
+    """Run every (workload, system); write ``bench.parquet`` and return its table. ``clients``:
+    W4's population (default 1,000)."""
     import pandas as pd
 
     rows = []
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
-    for w, name in [(w, v) for w in workloads for v in variants(w)]:
+    runs = [(w, v + (f"@{clients}" if clients and w == "W4" else "")) for w in workloads for v in variants(w)]
+    for w, name in runs:
         r = rounds or (3 if quick else DEFAULT_ROUNDS[w])  # W3: rounds of N uploads (0: 200 uploads)
         export = scratch / f"{w}.npz"
         for system in SYSTEMS[w]:
@@ -94,7 +96,9 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                 res, sampler = _measure(f"{name} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
             busy, mb = coordinator_stats(res)
-            rows.append({"workload": w, "system": system, "algorithm": workload_config(name, 2)["algorithm"]["name"],
+            cfg = workload_config(name, 2, quick)
+            rows.append({"workload": w, "system": system, "algorithm": cfg["algorithm"]["name"],
+                         "clients": cfg["data"]["clients"],
                          "sec_per_round": sec, "updates_per_s": ups,
                          "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
                          "rounds": len(res["sec_per_round_all"]),
@@ -112,6 +116,10 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
     return table
 
 
+def _count(value: Any) -> str:
+    return "–" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{int(value):,}"
+
+
 def _num(value: Any, fmt: str) -> str:
     return "–" if value is None or np.isnan(value) else format(value, fmt)
 
@@ -119,21 +127,23 @@ def _num(value: Any, fmt: str) -> str:
 def markdown(table: "Any") -> str:
     """The bench table, with raysoft's speed-up over each other system of the same workload (the
     floor's is below 1: raysoft's seconds are that many times the floor's)."""
-    lines = ["| workload | system | algorithm | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
+    lines = ["| workload | system | algorithm | N | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
              "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")]["sec_per_round"]
         ratio = "–" if r["system"] == "raysoft" or ray.empty else f"{r['sec_per_round'] / float(ray.iloc[0]):.2f}×"
         quality = _num(r["quality"], ".4g")
-        lines.append(f"| {r['workload']} | {r['system']} | {r.get('algorithm', '–')} | {r['sec_per_round']:.3f} | "
+        lines.append(f"| {r['workload']} | {r['system']} | {r.get('algorithm', '–')} | {_count(r.get('clients'))} | "
+                     f"{r['sec_per_round']:.3f} | "
                      f"{r['updates_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {quality} "
                      f"({r['quality_metric']}) | {ratio} | {_num(r.get('coordinator_busy_s'), '.3f')} | "
                      f"{_num(r.get('coordinator_mb'), '.1f')} |")
     return "\n".join(lines) + "\n"
 
 
-def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str) -> int:
+def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
+         clients: int | None = None) -> int:
     """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
     line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
     that fails or times out: one line, exit 1."""
@@ -142,7 +152,11 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
             workload_config(w, 2)
         if rounds is not None and rounds < 2:
             raise ConfigError("--rounds: needs at least 2 (the first is the warm-up)")
-        table = bench(workloads, rounds, Path(out), quick, flower)
+        if clients is not None:
+            if "W4" not in workloads:
+                raise ConfigError("--clients: sets W4's population; add W4 to --workload")
+            workload_config(f"W4@{clients}", 2)
+        table = bench(workloads, rounds, Path(out), quick, flower, clients=clients)
     except ConfigError as err:
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2

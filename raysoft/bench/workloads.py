@@ -20,10 +20,14 @@ def variants(name: str) -> list[str]:
 
 def workload_config(name: str, rounds: int, quick: bool = False) -> dict[str, Any]:
     """The config of a reference workload (``quick``: a small version, for a smoke test);
-    ``W4:fedsoft`` / ``W4:fedavg`` name W4's algorithm (plain ``W4``: FedAvg)."""
+    ``W4:fedsoft`` / ``W4:fedavg`` name W4's algorithm (plain ``W4``: FedAvg); a suffix ``@N``
+    (``W4:fedavg@300``) sets W4's population N (the scaling table)."""
+    name, _, population = name.partition("@")
     name, _, algorithm = name.partition(":")
+    if population and (name != "W4" or not population.isdigit() or int(population) < 60):
+        raise ConfigError(f"--clients: only W4's population can be set, to 60 clients or more (got {name}@{population})")
     if name == "W4":  # W2's data and CNN with N = 1,000 (rotations share images: see docs/performance.md)
-        clients, channels, hidden = (20, [8, 16], 64) if quick else (1000, [32, 64], 512)
+        clients, channels, hidden = (20, [8, 16], 64) if quick else (int(population or 1000), [32, 64], 512)
         raw = workload_config("W2", rounds, quick)
         raw["data"] = {**raw["data"], "clients": clients}
         raw["model"] = {**raw["model"], "channels": channels, "hidden": hidden}
