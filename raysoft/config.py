@@ -407,6 +407,11 @@ class RayConfig(Section):
     )
     sum_group: int = Field(8, ge=1, description="sum_shape: tree: clients per run of the tree's first level")
 
+    @property
+    def tree_group(self) -> int | None:
+        """``Plan.apply``'s ``group``: the tree's run length with ``sum_shape: tree``, None for the chain."""
+        return self.sum_group if self.sum_shape == "tree" else None
+
     @model_validator(mode="after")
     def _deadline_needs_ray(self) -> "RayConfig":
         if self.round_deadline_s is not None and self.backend != "ray":

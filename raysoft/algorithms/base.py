@@ -87,6 +87,12 @@ class Plan:
         return total if self.start is None else self.start.add_(total)
 
 
+def leaves_state(algorithm: Any, op: str) -> bool:
+    """Whether client op ``op`` of ``algorithm`` leaves the client's state as it was (its
+    ``readonly_ops``, which read it, or its ``stateless_ops``, which do not)."""
+    return op in getattr(algorithm, "stateless_ops", ()) or op in getattr(algorithm, "readonly_ops", ("evaluate",))
+
+
 def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:
     """The sum of ``sums`` as a balanced tree of additions, in order: level by level,
     ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep."""

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientContext, Plan, make_algorithm
-from ..algorithms.base import split_result
+from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import ClientData, Federation
 from ..errors import ClientFailure
@@ -188,7 +188,7 @@ class ClientHost:
         """The whole plan here (the in-process backend: every client is in this host); then
         drops the kept results."""
         kept, self.kept = self.kept, {}
-        return plan.apply(kept, self.cfg.ray.sum_group if self.cfg.ray.sum_shape == "tree" else None)
+        return plan.apply(kept, self.cfg.ray.tree_group)
 
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected
@@ -216,7 +216,7 @@ class ClientHost:
             return {k: _to(res, torch.device("cpu")) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}
         stateless = op in getattr(self.algorithm, "stateless_ops", ())
-        keeps = stateless or op in getattr(self.algorithm, "readonly_ops", ("evaluate",))
+        keeps = leaves_state(self.algorithm, op)
         for k in sorted(int(c) for c in client_ids):
             began = time.perf_counter()
             state, result = fn(self.contexts[k], None if stateless else self.states[k], payload, t)

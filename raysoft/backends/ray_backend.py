@@ -232,10 +232,12 @@ class RayExecutor:
         self.where: dict[int, int] = {}  # client -> the actor its last keep ran on
         self.samples = [0] * len(self.actors)  # per actor: training samples run since take_counters()
         self.moved = 0  # clients trained away from their actor since take_counters()
-        from ..algorithms import make_algorithm
+        from functools import partial
 
-        algo = make_algorithm(cfg.algorithm)
-        self.unchanged = set(getattr(algo, "readonly_ops", ("evaluate",))) | set(getattr(algo, "stateless_ops", ()))
+        from ..algorithms import make_algorithm
+        from ..algorithms.base import leaves_state  # torch: imported where the executor runs, not on the driver
+
+        self.leaves_state = partial(leaves_state, make_algorithm(cfg.algorithm))  # op -> its clients' states unchanged
 
     def set_costs(self, costs: Any) -> None:
         """Each client's cost (its training samples): with ``ray.balance: cost``, the clients of a
@@ -253,13 +255,11 @@ class RayExecutor:
         """Which actor runs which clients of a call: by owner, or (``ray.balance: cost``, for
         the ops that change client states, i.e. training) runs of consecutive client ids of
         even cost, run j on actor j (other actors' clients visit it with their states)."""
-        balance = (self.rc.balance == "cost" and self.costs is not None and op not in self.unchanged
+        balance = (self.rc.balance == "cost" and self.costs is not None and not self.leaves_state(op)
                    and self.rc.round_deadline_s is None and len(self.actors) > 1)
-        groups: dict[int, list[int]] = {}
         if balance:
-            for i, run in enumerate(balanced_segments(client_ids, self.costs, len(self.actors))):
-                groups[i] = run
-            return groups
+            return dict(enumerate(balanced_segments(client_ids, self.costs, len(self.actors))))
+        groups: dict[int, list[int]] = {}
         for k in sorted(client_ids):
             groups.setdefault(self.owner[k], []).append(k)
         return groups
@@ -345,7 +345,7 @@ class RayExecutor:
         ref = ray.put(payload)  # once per call, shared by every actor
         groups = self._groups(op, client_ids)
         self.where = {k: i for i, ks in groups.items() for k in ks}
-        if op not in self.unchanged and self.costs is not None:
+        if not self.leaves_state(op) and self.costs is not None:
             for i, ks in groups.items():
                 self.samples[i] += sum(int(self.costs[k]) for k in ks)
         visitors: dict[int, dict[int, list[int]]] = {}  # actor -> owner -> the owner's clients it runs
@@ -366,7 +366,7 @@ class RayExecutor:
         # the visitors' new states go home, actor to actor; asked for after every call, so that
         # no actor's own training waits behind a take (an actor runs its calls in order)
         returned = [self.actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]
-                    if op not in self.unchanged]
+                    if not self.leaves_state(op)]
         self.late = []
         if self.rc.round_deadline_s is not None and op != "evaluate":
             ready, pending = ray.wait(futures, num_returns=len(futures), timeout=self.rc.round_deadline_s)

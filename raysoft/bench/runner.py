@@ -74,6 +74,7 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
     runs = [(w, v + (f"@{clients}" if clients and w == "W4" else "")) for w in workloads for v in variants(w)]
     for w, name in runs:
         r = rounds or (3 if quick else DEFAULT_ROUNDS[w])  # W3: rounds of N uploads (0: 200 uploads)
+        cfg = workload_config(name, 2, quick)
         export = scratch / f"{w}.npz"
         for system in SYSTEMS[w]:
             res_path = scratch / f"{name.replace(':', '-')}-{system}.json"
@@ -96,7 +97,6 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                 res, sampler = _measure(f"{name} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
             busy, mb = coordinator_stats(res)
-            cfg = workload_config(name, 2, quick)
             rows.append({"workload": w, "system": system, "algorithm": cfg["algorithm"]["name"],
                          "clients": cfg["data"]["clients"],
                          "sec_per_round": sec, "updates_per_s": ups,

@@ -143,12 +143,8 @@ class RoundCoordinator(CoordinatorBase):
         results = self._call(call, t)
         split = {k: split_result(results[k], red.part) for k in sorted(results)}
         value = red.plan({k: v[1] for k, v in split.items()}).apply({k: v[0] for k, v in split.items()},
-                                                                     self._sum_group())
+                                                                     self.cfg.ray.tree_group)
         return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
-
-    def _sum_group(self) -> int | None:
-        """The tree's run length (``ray.sum_shape: tree``), None for the chain."""
-        return self.cfg.ray.sum_group if self.cfg.ray.sum_shape == "tree" else None
 
     def step(self) -> dict[str, Any]:
         """Run one round; evaluate when it is due; checkpoint when due."""
