@@ -11,13 +11,15 @@ last batch is padded and masked, its loss the mean over its real samples. The re
 per-client loop up to float rounding (tested).
 
 Lockstep pays for padding: every client of a call is padded to the call's longest epoch. The
-clients are therefore trained in buckets of similar epoch length (:func:`buckets`: within a
-bucket the longest padded epoch is at most ``BUCKET_RATIO`` times the shortest), so the samples
-computed stay within that ratio of the padded epochs the clients need, however heavy-tailed the
-client sizes (full-batch steps on FPFC's lognormal sizes padded every device to the largest one,
-8-19x the arithmetic). Buckets are formed from the clients' own sizes, and each client's numbers
-come from its own data, stream and state, so a client's result does not depend on which other
-clients share its call.
+clients are therefore trained in buckets (:func:`buckets`), one lockstep computation each, chosen
+to minimise a step-time model: a lockstep step costs a fixed overhead (autograd, vmap dispatch,
+the optimizer's row updates; ``STEP_OVERHEAD`` sample-parameters) plus the samples it computes
+times the parameters. Where a sample is cheap against the overhead (the linear models of the
+synthetic workloads) similar clients share one bucket and pay for a little padding; where it is
+not (full-batch steps on FPFC's lognormal sizes, which padded every device to the largest one,
+8-19x the arithmetic) the buckets follow the sizes. Buckets are formed from the clients' own
+sizes, and each client's numbers come from its own data, stream and state, so a client's result
+does not depend on which other clients share its call.
 
 It pays where the per-step cost of a small model is Python and dispatch overhead (the linear
 models of the synthetic workloads); on a CPU a CNN's arithmetic dominates and batching does not
@@ -40,7 +42,11 @@ from .optim import SGD, Adam
 from .training import batch_order, per_sample_loss
 
 BATCHED_MODELS = ("linear", "logistic")  # auto: where batching measured faster
-BUCKET_RATIO = 1.3  # longest / shortest padded epoch within one bucket
+# A lockstep step's fixed cost in units of (one sample x one parameter) of its variable cost:
+# about 1.5 ms against 1 ns per sample-parameter (full-batch steps of a 610-parameter logistic
+# model, one thread); FPFC's Local baseline ran fastest at this value of 1e5, 1e6, 3e6 and 1e7
+# (docs/performance.md#batched-multi-client-training).
+STEP_OVERHEAD = 1_000_000.0
 
 
 def can_batch(model: nn.Module) -> str | None:
@@ -106,24 +112,41 @@ def padded_epoch(n: int, batch_size: int | None) -> int:
     return n if batch_size is None else -(-n // batch_size) * batch_size
 
 
-def buckets(lengths: Sequence[int], ratio: float = BUCKET_RATIO) -> list[list[int]]:
-    """Indices of ``lengths`` grouped so that within a group max <= ratio * min: sorted by length
-    (ties by index), a new group starts where a length exceeds ``ratio`` times its group's first."""
+def buckets(lengths: Sequence[int], batch_size: int | None, params: int) -> list[list[int]]:
+    """Indices of ``lengths`` (padded epoch lengths, in samples) grouped into lockstep buckets
+    that minimise the modelled time of an epoch: over the buckets, ``STEP_OVERHEAD / params``
+    times the bucket's steps (its longest length over ``batch_size``, or 1 step for full-batch
+    training) plus its clients times its longest length (the samples it computes). The best
+    grouping is contiguous in the order by length (ties by index); a dynamic programme over
+    that order finds it (ties between groupings: the one with the larger last bucket)."""
+    order = sorted(range(len(lengths)), key=lambda k: (lengths[k], k))
+    if not order:
+        return []
+    sl = np.array([lengths[i] for i in order], dtype=np.float64)
+    per_step = STEP_OVERHEAD / max(1, params)
+    steps = np.ones_like(sl) if batch_size is None else np.ceil(sl / batch_size)
+    ends = [j + 1 for j in range(len(sl)) if j + 1 == len(sl) or sl[j + 1] > sl[j]]  # equal lengths stay together
+    starts = np.array([0] + ends[:-1])
+    best = np.zeros(len(ends) + 1)  # best[e]: cost of the clients before ends[e - 1]
+    cut = np.zeros(len(ends), dtype=np.int64)
+    for e, j in enumerate(ends):
+        cost = best[:e + 1] + per_step * steps[j - 1] + (j - starts[:e + 1]) * sl[j - 1]
+        cut[e] = int(np.argmin(cost))
+        best[e + 1] = cost[cut[e]]
     out: list[list[int]] = []
-    first = 0
-    for i in sorted(range(len(lengths)), key=lambda k: (lengths[k], k)):
-        if not out or lengths[i] > ratio * first:
-            out.append([])
-            first = lengths[i]
-        out[-1].append(i)
-    return out
+    e = len(ends) - 1
+    while e >= 0:
+        s0 = int(starts[cut[e]])
+        out.append(order[s0:ends[e]])
+        e = cut[e] - 1
+    return out[::-1]
 
 
-def padding_ratio(ns: Sequence[int], batch_size: int | None, ratio: float = BUCKET_RATIO) -> float:
-    """Samples computed by bucketed lockstep training over the samples of the clients' padded
-    epochs (1.0: no padding beyond each client's own last batch)."""
+def padding_ratio(ns: Sequence[int], batch_size: int | None, params: int) -> float:
+    """Samples computed by bucketed lockstep training of a ``params``-parameter model over the
+    samples of the clients' padded epochs (1.0: no padding beyond each client's own last batch)."""
     lengths = [padded_epoch(n, batch_size) for n in ns]
-    done = sum(len(g) * max(lengths[i] for i in g) for g in buckets(lengths, ratio))
+    done = sum(len(g) * max(lengths[i] for i in g) for g in buckets(lengths, batch_size, params))
     return done / max(1, sum(lengths))
 
 
@@ -147,7 +170,7 @@ def batched_proximal_train(
     client's gradient, as in :func:`~raysoft.training.proximal_train`. The clients are trained
     in lockstep within each of :func:`buckets` of their padded epoch lengths.
     """
-    groups = buckets([padded_epoch(int(y.shape[0]), cfg.batch_size) for y in ys])
+    groups = buckets([padded_epoch(int(y.shape[0]), cfg.batch_size) for y in ys], cfg.batch_size, start.shape[1])
     if len(groups) == 1:
         return _lockstep_train(model, start, opts, xs, ys, task, cfg, rngs, pull_scale, pull_target)
     w = torch.empty_like(start)

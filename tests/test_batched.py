@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from raysoft import batched
 from raysoft.batched import batched_proximal_train, buckets, can_batch, padding_ratio, use_batched
 from raysoft.config import TrainConfig
 from raysoft.models import ConvNet, LinearRegression, Logistic
@@ -96,20 +97,71 @@ def test_a_client_with_fewer_batches_sits_out_the_extra_steps():
     assert [o.steps for o in opts] == [12, 10, 4]
 
 
-def test_buckets_bound_the_padding():
-    assert buckets([100, 10, 12, 13, 14, 130, 131]) == [[1, 2, 3], [4], [0, 5], [6]]
-    assert buckets([5, 5, 5]) == [[0, 1, 2]]
-    # full batch: 10, 12, 13 padded to 13 (39), 14 alone, 100 and 130 padded to 130, 131 alone
-    assert padding_ratio([100, 10, 12, 13, 14, 130, 131], None) == pytest.approx((39 + 14 + 260 + 131) / 410)
-    # batches of 10: 23 -> 30 and 37 -> 40 (40 > 1.3 * 30: two buckets), 10 alone
-    assert padding_ratio([23, 10, 37], 10) == 1.0
-    # one lockstep call padded everything to 131: 7 * 131 / 410 = 2.24
+def _modelled_cost(groups, lengths, batch_size, params):
+    per_step = batched.STEP_OVERHEAD / params
+    steps = lambda n: 1 if batch_size is None else -(-n // batch_size)  # noqa: E731
+    return sum(per_step * steps(max(lengths[i] for i in g)) + len(g) * max(lengths[i] for i in g) for g in groups)
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        yield [[first], *part]
+        for k in range(len(part)):
+            yield [*part[:k], [first, *part[k]], *part[k + 1:]]
+
+
+def test_buckets_by_hand():
+    # STEP_OVERHEAD / 1000 parameters = a step costs as much as 100 samples (full batch: 1 step
+    # an epoch). Sorted: 10 12 13 14 | 100 130 131 costs (100 + 4*14) + (100 + 3*131) = 649;
+    # one bucket 100 + 7*131 = 1017; 10-14 | 100 | 130 131: 156 + 200 + 362 = 718.
+    sizes = [100, 10, 12, 13, 14, 130, 131]
+    assert buckets(sizes, None, int(batched.STEP_OVERHEAD / 100)) == [[1, 2, 3, 4], [0, 5, 6]]
+    # a free step: each length its own bucket, equal lengths together, no padding at all
+    assert buckets(sizes, None, 10**12) == [[1], [2], [3], [4], [0], [5], [6]]
+    assert buckets([5, 5, 5], None, 10**12) == [[0, 1, 2]]
+    assert padding_ratio(sizes, None, 10**12) == 1.0
+    # padding_ratio of the first grouping: (4*14 + 3*131) / 410
+    assert padding_ratio(sizes, None, int(batched.STEP_OVERHEAD / 100)) == pytest.approx((56 + 393) / 410)
+    # batches of 10, a step worth 25 samples: 10 | 30 40 (25 + 10 + 4*25 + 2*40 = 215) beats
+    # one bucket (4*25 + 3*40 = 220) and three (25 + 3*25 + 4*25 + 80 = 280)
+    assert buckets([30, 10, 40], 10, int(batched.STEP_OVERHEAD / 25)) == [[1], [0, 2]]
+    assert buckets([], None, 10) == []
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_buckets_are_the_cheapest_grouping(seed):
+    """Against every partition of up to 7 clients (877 of them): no grouping is cheaper."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 8))
+    batch_size = None if seed % 2 else int(rng.integers(1, 20))
+    lengths = [int(x) for x in rng.integers(1, 60, n)]
+    if batch_size:
+        lengths = [-(-x // batch_size) * batch_size for x in lengths]
+    params = int(batched.STEP_OVERHEAD / rng.choice([0.5, 5.0, 20.0, 100.0]))
+    got = buckets(lengths, batch_size, params)
+    assert sorted(i for g in got for i in g) == list(range(n))
+    best = min(_modelled_cost(p, lengths, batch_size, params) for p in _partitions(list(range(n))))
+    assert _modelled_cost(got, lengths, batch_size, params) == pytest.approx(best)
+
+
+def test_buckets_bound_the_padding_of_heavy_tailed_sizes():
+    # lognormal sizes, full batch, FPFC's 610-parameter model: one lockstep call would compute
+    # 7 * 131 / 410 = 2.24x the samples on the 7 sizes above, and far more on these
     sizes = np.random.default_rng(0).lognormal(6, 1.5, 100).astype(int) + 1
-    assert padding_ratio(sizes, None) <= 1.3
+    assert max(sizes) * len(sizes) / sum(sizes) > 5
+    assert padding_ratio(sizes, None, 610) <= 1.3  # the padding bound asked of the buckets
+    # W1's clients (100-200 samples, batches of 10, a 61-parameter model): one bucket
+    assert len(buckets([-(-n // 10) * 10 for n in range(100, 201)], 10, 61)) == 1
 
 
-def test_full_batch_heavy_tailed_clients_equal_the_loop():
-    """Full-batch steps on sizes spread over many buckets: every client as if trained alone."""
+def test_full_batch_heavy_tailed_clients_equal_the_loop(monkeypatch):
+    """Full-batch steps on sizes spread over many buckets (a free step: one bucket per size):
+    every client as if trained alone."""
+    monkeypatch.setattr(batched, "STEP_OVERHEAD", 0.0)
     sizes = [3, 40, 5, 200, 41, 7, 90]
     model, task = Logistic(4, 3), "classification"
     cfg = TrainConfig(optimizer="sgd", lr=0.1, batch_size=None, local_epochs=3)
@@ -124,7 +176,7 @@ def test_full_batch_heavy_tailed_clients_equal_the_loop():
         expected.append(get_flat(m))
     opts = [SGD(copy.deepcopy(model).parameters(), lr=0.1) for _ in sizes]
     got = batched_proximal_train(model, start, opts, xs, ys, task, cfg, [None] * len(sizes))
-    assert len(buckets(sizes)) == 6
+    assert len(buckets(sizes, None, 15)) == 7
     torch.testing.assert_close(got, torch.stack(expected), rtol=1e-5, atol=1e-6)
 
 
