@@ -176,6 +176,23 @@ def test_a_visiting_client_trains_as_it_would_at_home(algorithm, state_mode, tmp
     assert same(train(a, [3, 4], 2, algorithm), train(home, [3, 4], 2, algorithm))
 
 
+def test_the_visitor_cache_keeps_the_most_recent_visitors():
+    """A host keeps the data of at most max(VISITORS_MIN, its own clients) visiting clients,
+    dropping the least recently used; a dropped visitor is rebuilt from (seed, id) alike."""
+    from raysoft.backends.host import VISITORS_MIN
+
+    a, b = host("fedsoft", range(9)), host("fedsoft", range(9, 10))  # the small config has 10 clients
+    centers = {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}
+    first, _ = b.visit("call", "evaluate", [0], centers, 0, (), [a.lend([0])])
+    for k in range(1, 9):
+        b.visit("call", "evaluate", [k], centers, 0, (), [a.lend([k])])
+    assert list(b.visitors) == list(range(9 - VISITORS_MIN, 9))
+    b.visit("call", "evaluate", [5], centers, 0, (), [a.lend([5])])  # a hit moves to the end
+    assert list(b.visitors)[-1] == 5 and len(b.visitors) == VISITORS_MIN
+    again, _ = b.visit("call", "evaluate", [0], centers, 0, (), [a.lend([0])])  # dropped, rebuilt
+    assert again == first and 0 in b.visitors
+
+
 def test_a_visit_that_leaves_states_unchanged_sends_none_back():
     a, b = host("fedsoft", range(5)), host("fedsoft", range(5, 10))
     state_before = a.lend([2])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import MutableMapping
 from typing import Any, Iterable
 
@@ -29,6 +30,8 @@ from ..runtime.executor import finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
 from .states import StateStore
+
+VISITORS_MIN = 8  # visiting clients whose data a host keeps, at least
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,11 @@ class ClientHost:
 
     def _build(self, client_ids: Iterable[int]) -> None:
         ids = [int(k) for k in client_ids]
-        self.visitors: dict[int, ClientContext] = {}  # other hosts' clients run here (balanced rounds)
+        # other hosts' clients that ran here (balanced rounds), least recently used first; at
+        # most as many as the host's own clients (and VISITORS_MIN), so that visitors' data at
+        # most doubles the host's
+        self.visitors: OrderedDict[int, ClientContext] = OrderedDict()
+        self.visitor_capacity = max(VISITORS_MIN, len(ids))
         for k in ids:
             self.contexts[k] = self._context(k)
         self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir)
@@ -143,8 +150,12 @@ class ClientHost:
         for part in lent:
             guests.update({int(k): _state_to(st, self.device) for k, st in part.items()})
         for k in guests:
-            if k not in self.visitors:
+            if k in self.visitors:
+                self.visitors.move_to_end(k)
+            else:
                 self.visitors[k] = self._context(k)
+        while len(self.visitors) > max(self.visitor_capacity, len(guests)):
+            self.visitors.popitem(last=False)
         own_contexts, own_states = self.contexts, self.states
         self.contexts = {**own_contexts, **{k: self.visitors[k] for k in guests}}
         self.states = _Visiting(own_states, guests)
