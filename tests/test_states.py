@@ -77,3 +77,30 @@ def test_resume_and_restart_with_states_on_disk(tmp_path):
     (r.run_dir / "summary.json").unlink()  # as if stopped after its last checkpoint
     resumed = raysoft.resume(r.run_dir)
     assert digest(resumed) == digest(clean)
+
+
+def test_a_killed_hosts_state_folder_is_removed_by_the_next_store(tmp_path):
+    """A host killed with SIGKILL cannot remove its folder: the next store on the node does,
+    keeping folders of live processes and of other nodes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from raysoft.backends.states import PREFIX, _prefix
+
+    code = ("import sys, time; from raysoft.backends.states import StateStore; "
+            "s = StateStore('disk', lambda k: {'w': 0}, [0], sys.argv[1]); s[0] = {'w': 1}; "
+            "print(s._dir, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    orphan = tmp_path / proc.stdout.readline().strip().split("/")[-1]
+    assert (orphan / "0.pt").exists()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert orphan.exists()  # SIGKILL: no clean-up ran
+    live = tmp_path / f"{_prefix()}{os.getpid()}-live"
+    other_node = tmp_path / f"{PREFIX}another-node-{proc.pid}-x"
+    for d in (live, other_node):
+        d.mkdir()
+    store = StateStore("disk", lambda k: {"w": 0}, [0], str(tmp_path))
+    assert not orphan.exists() and live.exists() and other_node.exists() and store._dir.exists()

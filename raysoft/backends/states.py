@@ -8,13 +8,17 @@ one client's state at a time (all of a call's clients for batched training), wha
 population. A client that was never called has no file yet: its initial state is built from
 (seed, client id) when it is first used, exactly as it would have been at start-up. Files are
 written with ``torch.save`` and read back with ``weights_only=True`` and the checkpoints' allow-
-list, so a state comes back bit for bit; the directory is removed with the host.
+list, so a state comes back bit for bit; the directory is removed with the host. Its name
+carries the node's name and the host process's id (``raysoft-states-NODE-PID-...``): a host
+killed before it could remove it (SIGKILL, the memory monitor) leaves it behind, and the next
+store made in the same folder on the same node removes every such folder whose process is gone.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import weakref
 from collections.abc import MutableMapping
@@ -22,6 +26,35 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+
+
+PREFIX = "raysoft-states-"
+
+
+def _prefix() -> str:
+    return f"{PREFIX}{socket.gethostname()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_orphans(folder: Path) -> list[Path]:
+    """Remove the state folders in ``folder`` that this node's dead processes left (a folder of
+    another node, or of a live process, is kept); returns those removed."""
+    removed = []
+    for p in folder.glob(f"{_prefix()}*-*"):
+        pid = p.name[len(_prefix()):].split("-", 1)[0]
+        if p.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 class StateStore(MutableMapping):
@@ -40,7 +73,8 @@ class StateStore(MutableMapping):
         else:
             if directory is not None:
                 Path(directory).mkdir(parents=True, exist_ok=True)
-            self._dir = Path(tempfile.mkdtemp(prefix="raysoft-states-", dir=directory))
+            remove_orphans(Path(directory or tempfile.gettempdir()))
+            self._dir = Path(tempfile.mkdtemp(prefix=f"{_prefix()}{os.getpid()}-", dir=directory))
             self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._dir), True)
 
     def _path(self, k: int) -> Path:
