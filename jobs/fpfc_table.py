@@ -12,6 +12,8 @@ code's:
   devices a round; fpfc_paper: the paper's schedule (``pairs: paper``, pairs inside A_k);
 - fpfc_l1: the group-lasso penalty with the reference README's lambda 0.2 and clustering
   threshold 4 (``algorithm.lam=0.2``, ``algorithm.nu=4``), reference schedule;
+  fpfc_l1_reference: the same with the reference code's final grouping
+  (``algorithm.grouping=neighbourhoods``: each device's neighbours within nu, not connected components);
 - ifca (told L = 4) and fedavg: 30% of the devices a round;
 - local: every device in every round (the reference LOCAL baseline ignores the participation
   ratio), i.e. 2000 x 10 full-batch steps per device.
@@ -38,6 +40,8 @@ METHODS: dict[str, list[str]] = {
     "fpfc": ["algorithm.pairs=code"],
     "fpfc_paper": ["algorithm.pairs=paper"],
     "fpfc_l1": ["algorithm.name=fpfc_l1", "algorithm.lam=0.2", "algorithm.nu=4", "algorithm.pairs=code"],
+    "fpfc_l1_reference": ["algorithm.name=fpfc_l1", "algorithm.lam=0.2", "algorithm.nu=4", "algorithm.pairs=code",
+                          "algorithm.grouping=neighbourhoods"],
     "ifca": ["algorithm={name: ifca, num_centers: 4, clients_per_round: 30}"],
     "fedavg": ["algorithm={name: fedavg, clients_per_round: 30}"],
     "local": [f"algorithm={{name: local, clients_per_round: {M}}}"],

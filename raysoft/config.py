@@ -116,6 +116,11 @@ class FPFCConfig(AlgorithmConfig):
     xi: float = Field(1e-3, gt=0.0, description="xi of the smooth surrogate (< lambda)")
     rho: float = Field(1.0, gt=0.0, description="ADMM penalty rho")
     nu: float = Field(0.1, ge=0.0, description="devices i, j share a cluster if ||theta_ij|| <= nu")
+    grouping: Literal["components", "neighbourhoods"] = Field(
+        "components", description="the final clustering: components, the connected components of ||theta_ij|| <= nu "
+        "(a partition); neighbourhoods, the reference code's step: each device's set of devices with "
+        "||theta_ij|| < nu, the distinct sets in turn averaging their members' models"
+    )
     pairs: Literal["paper", "code"] = Field(
         "paper", description="paper: pairs i < j inside A_k, once each; code: every pair (i in A_k, "
         "j in [m]), pairs inside A_k twice, as the reference code"

@@ -10,6 +10,8 @@ from raysoft.algorithms.fpfc import (
     cluster_models,
     clusters,
     l1_prox_scale,
+    neighbourhood_models,
+    neighbourhoods,
     pair_index,
     round_pairs,
     scad,
@@ -98,6 +100,39 @@ def test_clusters_are_connected_components():
     theta[pair_index(np.array([0]), np.array([1]), m)] = 0.05  # 0 ~ 1
     theta[pair_index(np.array([1]), np.array([2]), m)] = 0.1  # 1 ~ 2 (<= nu), although 0 !~ 2
     np.testing.assert_array_equal(clusters(theta, m, nu=0.1), [0, 0, 0, 1])
+
+
+def test_the_reference_grouping_by_hand():
+    """The reference code's final step on a chain 0 ~ 1 ~ 2 (0 !~ 2) and a lone 3: the sets
+    {0,1}, {0,1,2}, {1,2}, {3} in turn average their members' current models."""
+    m = 4
+    theta = np.full((6, 1), 5.0)
+    theta[pair_index(np.array([0]), np.array([1]), m)] = 0.05
+    theta[pair_index(np.array([1]), np.array([2]), m)] = 0.05
+    theta[pair_index(np.array([0]), np.array([2]), m)] = 0.5
+    assert neighbourhoods(theta, m, 0.1) == [[0, 1], [0, 1, 2], [1, 2], [3]]
+    assert neighbourhoods(theta, m, 0.05) == [[0], [1], [2], [3]]  # strictly below nu, as the code
+    w, sizes = np.array([[0.0], [3.0], [6.0], [9.0]]), np.array([1, 1, 2, 1])
+    # {0,1}: (0 + 3) / 2 = 1.5; {0,1,2}: (1.5 + 1.5 + 2*6) / 4 = 3.75; {1,2}: 3.75; {3}: 9
+    models, labels, sets = neighbourhood_models(w, theta, 0.1, sizes)
+    np.testing.assert_allclose(models, [[3.75], [3.75], [3.75], [9.0]])
+    # labels: the last set holding a device (sets 1, 2, 2, 3), renumbered
+    np.testing.assert_array_equal(labels, [0, 1, 1, 2])
+    assert sets == 4
+    # the connected components would average all three: (0 + 3 + 12) / 4
+    np.testing.assert_allclose(cluster_models(w, clusters(theta, m, 0.1), sizes), [[3.75], [9.0]])
+
+
+def test_the_reference_grouping_in_a_run(tmp_path):
+    over = ["ray.backend=inprocess", "algorithm.rounds=3", "algorithm.eval_every=3", "data.clients=8",
+            "data.distributions=2", "algorithm.clients_per_round=4", "output.progress=none", "algorithm.nu=1000"]
+    runs = {g: raysoft.run(raysoft.load_config("jobs/fpfc_synthetic.yaml", over + [f"algorithm.grouping={g}"]),
+                           out=tmp_path) for g in ("components", "neighbourhoods")}
+    # every pair within nu: one set holding every device, the same as one component
+    for r in runs.values():
+        assert r.summary["num_clusters"] == 1
+    assert runs["neighbourhoods"].table("diagnostics").set_index("name").value["neighbourhood_sets"] == 1
+    assert runs["neighbourhoods"].summary["local_mean"] == pytest.approx(runs["components"].summary["local_mean"])
 
 
 def test_cluster_models_are_sample_weighted():

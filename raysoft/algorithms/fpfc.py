@@ -19,7 +19,10 @@ theta_ij = -theta_ji and duals v_ij = -v_ji, stored once per unordered pair i < 
    second time, as the reference code's double loop does.
 
 After the last round, devices are clustered by the connected components of the graph with an
-edge where ||theta_ij|| <= nu, and every member's model becomes its cluster's n-weighted mean.
+edge where ||theta_ij|| <= nu, and every member's model becomes its cluster's n-weighted mean
+(``grouping: components``); ``grouping: neighbourhoods`` is the reference code's final step
+instead (:func:`neighbourhood_models`): each device's set of devices within nu, the distinct
+sets in turn replacing their members' models by the set's n-weighted mean.
 """
 
 from __future__ import annotations
@@ -167,6 +170,39 @@ def clusters(theta: np.ndarray, m: int, nu: float) -> np.ndarray:
     return labels
 
 
+def neighbourhoods(theta: np.ndarray, m: int, nu: float) -> list[list[int]]:
+    """The reference code's groups: for each device i (in order), the devices j with
+    ||theta_ij|| < nu (i itself included, ||theta_ii|| = 0), each distinct set once, in order of
+    first appearance. Not a partition: the sets of a chain overlap."""
+    near = np.eye(m, dtype=bool) if nu > 0 else np.zeros((m, m), dtype=bool)
+    iu, ju = all_pairs(m)
+    close = row_norms(theta) < nu
+    near[iu[close], ju[close]] = near[ju[close], iu[close]] = True
+    out: list[list[int]] = []
+    for i in range(m):
+        group = [int(j) for j in np.flatnonzero(near[i])]
+        if group not in out:
+            out.append(group)
+    return out
+
+
+def neighbourhood_models(w: np.ndarray, theta: np.ndarray, nu: float,
+                         sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The reference code's final step: the :func:`neighbourhoods` in turn replace their members'
+    models by the set's n-weighted mean of the members' current models (a model replaced by an
+    earlier set enters a later one as replaced). A device's label is the last set that holds it
+    (renumbered 0, 1, ... in order); returns (models, labels, number of distinct sets)."""
+    m = w.shape[0]
+    sets = neighbourhoods(theta, m, nu)
+    out = w.astype(np.float64)
+    last = np.full(m, -1)
+    for g, members in enumerate(sets):
+        out[members] = (sizes[members, None] * out[members]).sum(axis=0) / sizes[members].sum()
+        last[members] = g
+    _, labels = np.unique(last, return_inverse=True)
+    return out.astype(w.dtype), labels, len(sets)
+
+
 def cluster_models(w: np.ndarray, labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """[L, d]: the n-weighted average of each cluster's members."""
     out = np.zeros((labels.max() + 1, w.shape[1]), dtype=np.float64)
@@ -228,10 +264,15 @@ class FPFC(Configured[FPFCConfig]):
         labels = clusters(theta, m, a.nu)
         diag: dict[str, Any] = {"num_clusters": int(labels.max() + 1)}
         if t + 1 == a.rounds:  # every member takes its cluster's n-weighted model
-            w = cluster_models(w, labels, state.sizes)[labels]
-            diag["weights_updated"] = True
             diag["diagnostics"] = {f"clusters_nu={nu:g}": int(clusters(theta, m, nu).max() + 1)
                                    for nu in a.report_thresholds}
+            if a.grouping == "components":
+                w = cluster_models(w, labels, state.sizes)[labels]
+            else:
+                w, labels, sets = neighbourhood_models(w, theta, a.nu, state.sizes)
+                diag["num_clusters"] = int(labels.max() + 1)
+                diag["diagnostics"]["neighbourhood_sets"] = sets
+            diag["weights_updated"] = True
         return FPFCState(w, theta, v, state.sizes, labels), diag
 
     def centers(self, state: FPFCState) -> torch.Tensor:
