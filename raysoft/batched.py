@@ -42,10 +42,8 @@ from .optim import SGD, Adam
 from .training import batch_order, per_sample_loss
 
 BATCHED_MODELS = ("linear", "logistic")  # auto: where batching measured faster
-# A lockstep step's fixed cost in units of (one sample x one parameter) of its variable cost:
-# about 1.5 ms against 1 ns per sample-parameter (full-batch steps of a 610-parameter logistic
-# model, one thread); FPFC's Local baseline ran fastest at this value of 1e5, 1e6, 3e6 and 1e7
-# (docs/performance.md#batched-multi-client-training).
+# A lockstep step's fixed cost, in units of one sample x one parameter of its variable cost;
+# measured, then swept on FPFC's Local baseline (docs/performance.md#batched-multi-client-training).
 STEP_OVERHEAD = 1_000_000.0
 
 
