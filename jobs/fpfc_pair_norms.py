@@ -19,6 +19,7 @@ import torch
 
 import raysoft
 from raysoft.algorithms.fpfc import all_pairs, cluster_models, clusters, row_norms
+from raysoft.config import ConfigError
 from raysoft.data import Federation
 from raysoft.models import build_model
 from raysoft.params import set_flat
@@ -44,10 +45,15 @@ def main() -> None:
     ap.add_argument("--out", default="runs/fpfc_pair_norms")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
+    if args.rounds < 2:
+        ap.error(f"--rounds must be at least 2 (the checkpoint is one round before the end), got {args.rounds}")
     over = ["algorithm.name=fpfc_l1", "algorithm.lam=0.2", "algorithm.nu=4", "algorithm.pairs=code",
             f"algorithm.rounds={args.rounds}", f"algorithm.eval_every={args.rounds}",
             f"output.checkpoint_every={args.rounds - 1}", "ray.backend=inprocess", "output.progress=none"]
-    cfg = raysoft.load_config(JOB, over + args.overrides)
+    try:
+        cfg = raysoft.load_config(JOB, over + args.overrides)
+    except ConfigError as err:
+        ap.error(str(err))
     run = raysoft.run(cfg, out=args.out)
     state = torch.load(run.run_dir / "checkpoint.pt", weights_only=False)["state"]
     fed = Federation(cfg.data, cfg.seed)

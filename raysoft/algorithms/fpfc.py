@@ -179,10 +179,12 @@ def neighbourhoods(theta: np.ndarray, m: int, nu: float) -> list[list[int]]:
     close = row_norms(theta) < nu
     near[iu[close], ju[close]] = near[ju[close], iu[close]] = True
     out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
     for i in range(m):
-        group = [int(j) for j in np.flatnonzero(near[i])]
-        if group not in out:
-            out.append(group)
+        group = tuple(int(j) for j in np.flatnonzero(near[i]))
+        if group not in seen:
+            seen.add(group)
+            out.append(list(group))
     return out
 
 
