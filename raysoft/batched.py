@@ -1,8 +1,9 @@
 """Batched multi-client training: the clients of one host trained in one vectorised computation.
 
 :func:`batched_proximal_train` runs :func:`raysoft.training.proximal_train` for C clients at
-once: their parameters are stacked into a [C, d] matrix, each step evaluates every client's
-mini-batch with ``torch.func.vmap`` over ``functional_call``, and the optimizer update (the
+once: their parameters are stacked into a [C, d] matrix, each step evaluates the clients'
+mini-batches with ``torch.func.vmap`` over ``functional_call`` (or :func:`stacked_forward`),
+and the optimizer update (the
 lean Adam/SGD of :mod:`raysoft.optim`, written here over rows) is applied row-wise. Each client
 keeps its own data order (its own random stream), its own optimizer state (step counts,
 moments) and its own number of mini-batches: the clients step in lockstep, and a client whose
@@ -10,16 +11,20 @@ epoch has fewer batches sits out the extra steps (no gradient, no optimizer step
 last batch is padded and masked, its loss the mean over its real samples. The result equals the
 per-client loop up to float rounding (tested).
 
-Lockstep pays for padding: every client of a call is padded to the call's longest epoch. The
-clients are therefore trained in buckets (:func:`buckets`), one lockstep computation each, chosen
-to minimise a step-time model: a lockstep step costs a fixed overhead (autograd, vmap dispatch,
-the optimizer's row updates; ``STEP_OVERHEAD`` sample-parameters) plus the samples it computes
-times the parameters. Where a sample is cheap against the overhead (the linear models of the
-synthetic workloads) similar clients share one bucket and pay for a little padding; where it is
-not (full-batch steps on FPFC's lognormal sizes, which padded every device to the largest one,
-8-19x the arithmetic) the buckets follow the sizes. Buckets are formed from the clients' own
-sizes, and each client's numbers come from its own data, stream and state, so a client's result
-does not depend on which other clients share its call.
+Within a lockstep computation the rows are ordered longest epoch first, so the clients still in
+their epoch at a step are a prefix of the rows, and a step computes only them: with mini-batches
+no client pays for another's longer epoch. A full batch is one step of every client, padded to
+the longest, so full-batch clients are trained in buckets (:func:`buckets`), one lockstep
+computation each, chosen to minimise a step-time model: a step costs a fixed overhead
+(autograd, dispatch, the optimizer's row updates; ``STEP_OVERHEAD`` sample-parameters) plus the
+samples it computes times the parameters. Similar clients share a bucket and pay for a little
+padding; on FPFC's lognormal sizes (one call padded every device to the largest one: 8-19x the
+arithmetic) the buckets follow the sizes. Each client's numbers come from its own data, stream
+and state, and each row's products are its own, so a client's result does not depend on which
+other clients share its call or where its row sits.
+
+For the linear and logistic models the stacked forward pass is written as batched matrix
+products (:func:`stacked_forward`), the same products ``vmap`` makes, without its dispatch.
 
 It pays where the per-step cost of a small model is Python and dispatch overhead (the linear
 models of the synthetic workloads); on a CPU a CNN's arithmetic dominates and batching does not
@@ -104,31 +109,68 @@ def _unstack_state(opts: Sequence[Adam | SGD], values: torch.Tensor, attr: str, 
         setattr(o, attr, out)
 
 
+def stacked_forward(model: nn.Module):
+    """The forward pass of C stacked copies of ``model`` written as batched matrix products,
+    ``f(w [C, d], x [C, B, ...]) -> [C, B, ...]``, for the models where that is known (the linear
+    and logistic models; None for others, which go through ``vmap`` of ``functional_call``). It
+    computes the same products as the vmapped ``nn.Linear`` (``x @ W^T`` as a ``bmm`` with the
+    transposed weights; bias by ``baddbmm``), bit for bit (tested), without vmap's and
+    functional_call's per-call dispatch, which dominated a linear model's step."""
+    from .models import LinearRegression, Logistic
+
+    if type(model) is LinearRegression:
+        din = model.linear.in_features
+
+        def linear(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return torch.bmm(x, w.view(-1, 1, din).transpose(1, 2)).squeeze(-1)
+
+        return linear
+    if type(model) is Logistic:
+        k, din = model.linear.out_features, model.linear.in_features
+
+        def logistic(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            weight, bias = w[:, :k * din].view(-1, k, din), w[:, k * din:]
+            return torch.baddbmm(bias[:, None, :], x.flatten(2), weight.transpose(1, 2))
+
+        return logistic
+    return None
+
+
 def padded_epoch(n: int, batch_size: int | None) -> int:
     """Samples one epoch of an ``n``-sample client computes: whole batches (one full batch if
     ``batch_size`` is None)."""
     return n if batch_size is None else -(-n // batch_size) * batch_size
 
 
+def bucket_samples(lengths: Sequence[int], batch_size: int | None) -> int:
+    """Samples one lockstep computation of clients with these padded epoch lengths computes an
+    epoch. Its rows are ordered longest first and a step computes only the clients still in
+    their epoch, so with mini-batches that is each client's own padded epoch; a full batch (one
+    step, every client) pads every client to the longest."""
+    return sum(lengths) if batch_size is not None else len(lengths) * max(lengths, default=0)
+
+
 def buckets(lengths: Sequence[int], batch_size: int | None, params: int) -> list[list[int]]:
     """Indices of ``lengths`` (padded epoch lengths, in samples) grouped into lockstep buckets
     that minimise the modelled time of an epoch: over the buckets, ``STEP_OVERHEAD / params``
     times the bucket's steps (its longest length over ``batch_size``, or 1 step for full-batch
-    training) plus its clients times its longest length (the samples it computes). The best
-    grouping is contiguous in the order by length (ties by index); a dynamic programme over
-    that order finds it (ties between groupings: the one with the larger last bucket)."""
+    training) plus the samples it computes (:func:`bucket_samples`). With mini-batches those are
+    the same in any grouping, so one bucket is cheapest; with full batches the best grouping is
+    contiguous in the order by length (ties by index), and a dynamic programme over that order
+    finds it (ties between groupings: the one with the larger last bucket)."""
     order = sorted(range(len(lengths)), key=lambda k: (lengths[k], k))
     if not order:
         return []
+    if batch_size is not None:
+        return [order]
     sl = np.array([lengths[i] for i in order], dtype=np.float64)
     per_step = STEP_OVERHEAD / max(1, params)
-    steps = np.ones_like(sl) if batch_size is None else np.ceil(sl / batch_size)
     ends = [j + 1 for j in range(len(sl)) if j + 1 == len(sl) or sl[j + 1] > sl[j]]  # equal lengths stay together
     starts = np.array([0] + ends[:-1])
     best = np.zeros(len(ends) + 1)  # best[e]: cost of the clients before ends[e - 1]
     cut = np.zeros(len(ends), dtype=np.int64)
     for e, j in enumerate(ends):
-        cost = best[:e + 1] + per_step * steps[j - 1] + (j - starts[:e + 1]) * sl[j - 1]
+        cost = best[:e + 1] + per_step + (j - starts[:e + 1]) * sl[j - 1]
         cut[e] = int(np.argmin(cost))
         best[e + 1] = cost[cut[e]]
     out: list[list[int]] = []
@@ -144,7 +186,7 @@ def padding_ratio(ns: Sequence[int], batch_size: int | None, params: int) -> flo
     """Samples computed by bucketed lockstep training of a ``params``-parameter model over the
     samples of the clients' padded epochs (1.0: no padding beyond each client's own last batch)."""
     lengths = [padded_epoch(n, batch_size) for n in ns]
-    done = sum(len(g) * max(lengths[i] for i in g) for g in buckets(lengths, batch_size, params))
+    done = sum(bucket_samples([lengths[i] for i in g], batch_size) for g in buckets(lengths, batch_size, params))
     return done / max(1, sum(lengths))
 
 
@@ -194,7 +236,8 @@ def _lockstep_train(
     pull_scale: torch.Tensor | None,
     pull_target: torch.Tensor | None,
 ) -> torch.Tensor:
-    """:func:`batched_proximal_train` of one bucket: every client padded to the longest epoch."""
+    """:func:`batched_proximal_train` of one bucket: the clients in lockstep, a step computing those
+    still in their epoch."""
     num, d = start.shape
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
@@ -209,7 +252,7 @@ def _lockstep_train(
         params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
         return functional_call(model, (params, buffers), (xb,))
 
-    batched_forward = vmap(forward)
+    batched_forward = stacked_forward(model) or vmap(forward)
 
     def grads_of(w: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
         """Each client's gradient of its masked mean batch loss: the clients are independent,
@@ -220,20 +263,38 @@ def _lockstep_train(
         ((losses * mb).sum(dim=1) / mb.sum(dim=1).clamp_min(1.0)).sum().backward()
         return w.grad
 
+    # rows ordered by epoch length, longest first (ties by position): the clients that step at
+    # step j (whose epoch has more than j batches) are then a prefix of the rows, computed as a
+    # view, and a client whose epoch has ended costs nothing (no padding beyond its last batch)
+    ns0 = [int(y.shape[0]) for y in ys]
+    batch = cfg.batch_size or max(ns0)
+    spe = [-(-n // batch) for n in ns0]  # each client's steps per epoch
+    perm = sorted(range(num), key=lambda c: (-spe[c], c))
+    if perm != list(range(num)):
+        rows = torch.tensor(perm)
+        start = start[rows]
+        opts, xs, ys, rngs = [opts[c] for c in perm], [xs[c] for c in perm], [ys[c] for c in perm], [rngs[c] for c in perm]
+        pull_scale = None if pull_scale is None else pull_scale[rows]
+        pull_target = None if pull_target is None else pull_target[rows]
+    ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
+    active = [sum(1 for s in spe if s > j) for j in range(spe[0])]  # clients stepping at step j
     w = start.clone()
     if adam:
         m, v = _stack_state(opts, d, "exp_avg"), _stack_state(opts, d, "exp_avg_sq")
-        steps = torch.tensor([o.steps for o in opts], dtype=torch.float64)
         b1, b2 = o0.betas
+        # Adam's bias corrections of every step of the call, made at once: at step j of epoch e
+        # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
+        e_j = np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :] + np.arange(spe[0])[None, :, None]
+        sa_all = torch.from_numpy(np.asarray([o.steps for o in opts], dtype=np.float64)[None, None, :] + e_j + 1)
+        bc1_all = (1 - b1**sa_all).float()[..., None]  # [epochs, steps, C, 1]
+        bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None]
     else:
         buf = _stack_state(opts, d, "buffers")
-    ns = [int(y.shape[0]) for y in ys]
-    batch = cfg.batch_size or max(ns)
     x_all, y_all = torch.cat(list(xs)), torch.cat(list(ys))
     offsets = np.concatenate([[0], np.cumsum(ns)[:-1]])
     model.train()
     for epoch in range(cfg.local_epochs):
-        steps_per_epoch = max(-(-n // batch) for n in ns)
+        steps_per_epoch = spe[0]
         # every client's sample order of this epoch, padded to whole batches (padding masked out)
         idx = np.zeros((num, steps_per_epoch * batch), dtype=np.int64)
         mask = np.zeros((num, steps_per_epoch * batch), dtype=np.float32)
@@ -241,25 +302,22 @@ def _lockstep_train(
             order = offsets[c] + batch_order(ns[c], epoch, cfg, rngs[c])
             idx[c, :ns[c]], idx[c, ns[c]:], mask[c, :ns[c]] = order, order[0], 1.0
         idx_t, mask_t = torch.from_numpy(idx), torch.from_numpy(mask)
+        x_ep, y_ep = x_all[idx_t], y_all[idx_t]  # the epoch's batches, gathered once
         for j in range(steps_per_epoch):
-            ti, mb = idx_t[:, j * batch:(j + 1) * batch], mask_t[:, j * batch:(j + 1) * batch]
-            act = mb[:, 0] > 0
-            g = grads_of(w, x_all[ti], y_all[ti], mb)
+            a = slice(0, active[j])  # the clients that step
+            cols = slice(j * batch, (j + 1) * batch)
+            wa = w[a]
+            g = grads_of(wa, x_ep[a, cols], y_ep[a, cols], mask_t[a, cols])
             with torch.no_grad():
                 if pull_scale is not None:
-                    g = g + pull_scale[:, None] * w
+                    g = g + pull_scale[a, None] * wa
                 if pull_target is not None:
-                    g = g - pull_target
-                every = bool(act.all())
-                a = slice(None) if every else act.nonzero().squeeze(1)  # the clients that step
-                wa, ga = (w, g) if every else (w[a], g[a])
+                    g = g - pull_target[a]
+                ga = g
                 if o0.weight_decay:
                     ga = ga + o0.weight_decay * wa
                 if adam:
-                    steps[a] += 1
-                    sa = steps[a]
-                    bc1 = (1 - b1**sa).float()[:, None]
-                    bc2_sqrt = torch.sqrt(1 - b2**sa).float()[:, None]
+                    bc1, bc2_sqrt = bc1_all[epoch, j, a], bc2_sqrt_all[epoch, j, a]
                     ma = m[a].lerp(ga, 1 - b1)
                     va = v[a].mul(b2).addcmul(ga, ga, value=1 - b2)
                     m[a], v[a] = ma, va
@@ -273,8 +331,12 @@ def _lockstep_train(
     if adam:
         _unstack_state(opts, m, "exp_avg", shapes)
         _unstack_state(opts, v, "exp_avg_sq", shapes)
-        for o, s in zip(opts, steps.tolist()):
-            o.steps = int(s)
+        for o, n in zip(opts, spe):
+            o.steps += cfg.local_epochs * n
     elif o0.momentum:
         _unstack_state(opts, buf, "buffers", shapes)
-    return w
+    if perm == list(range(num)):
+        return w
+    out = torch.empty_like(w)
+    out[torch.tensor(perm)] = w
+    return out

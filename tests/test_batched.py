@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from raysoft import batched
-from raysoft.batched import batched_proximal_train, buckets, can_batch, padding_ratio, use_batched
+from raysoft.batched import batched_proximal_train, buckets, can_batch, padding_ratio, stacked_forward, use_batched
 from raysoft.config import TrainConfig
 from raysoft.models import ConvNet, LinearRegression, Logistic
 from raysoft.optim import SGD, Adam
@@ -85,9 +85,8 @@ def _args(arch):
 
 
 def test_a_client_with_fewer_batches_sits_out_the_extra_steps():
-    """One bucket (6 and 5 batches of 1: 6 <= 1.3 * 5): client 1 sits out one step an epoch, so
-    its Adam takes 10 steps in 2 epochs to client 0's 12; a client with 2 batches goes into its
-    own bucket and takes 4."""
+    """One lockstep computation of 6, 5 and 2 batches of 1: client 1 sits out one step an epoch,
+    so its Adam takes 10 steps in 2 epochs to client 0's 12, and client 2 takes 4."""
     model = LinearRegression(3)
     cfg = TrainConfig(optimizer="adam", lr=0.1, batch_size=1, local_epochs=2)
     xs, ys = _clients([6, 5, 2], (3,), "regression")
@@ -98,9 +97,16 @@ def test_a_client_with_fewer_batches_sits_out_the_extra_steps():
 
 
 def _modelled_cost(groups, lengths, batch_size, params):
+    """A step costs STEP_OVERHEAD / params samples; a step of mini-batches computes the clients
+    still in their epoch (each client's own epoch in all), a full batch every client padded."""
     per_step = batched.STEP_OVERHEAD / params
-    steps = lambda n: 1 if batch_size is None else -(-n // batch_size)  # noqa: E731
-    return sum(per_step * steps(max(lengths[i] for i in g)) + len(g) * max(lengths[i] for i in g) for g in groups)
+    cost = 0.0
+    for g in groups:
+        longest = max(lengths[i] for i in g)
+        steps = 1 if batch_size is None else -(-longest // batch_size)
+        samples = sum(lengths[i] for i in g) if batch_size else len(g) * longest
+        cost += per_step * steps + samples
+    return cost
 
 
 def _partitions(items):
@@ -126,9 +132,10 @@ def test_buckets_by_hand():
     assert padding_ratio(sizes, None, 10**12) == 1.0
     # padding_ratio of the first grouping: (4*14 + 3*131) / 410
     assert padding_ratio(sizes, None, int(batched.STEP_OVERHEAD / 100)) == pytest.approx((56 + 393) / 410)
-    # batches of 10, a step worth 25 samples: 10 | 30 40 (25 + 10 + 4*25 + 2*40 = 215) beats
-    # one bucket (4*25 + 3*40 = 220) and three (25 + 3*25 + 4*25 + 80 = 280)
-    assert buckets([30, 10, 40], 10, int(batched.STEP_OVERHEAD / 25)) == [[1], [0, 2]]
+    # mini-batches: each client computes its own epoch in any grouping, so one bucket (its 4
+    # steps: 4*25 + 80 = 180) beats 10 | 30 40 (25 + 10 + 4*25 + 70 = 205)
+    assert buckets([30, 10, 40], 10, int(batched.STEP_OVERHEAD / 25)) == [[1, 0, 2]]
+    assert padding_ratio([30, 10, 40], 10, 1) == 1.0
     assert buckets([], None, 10) == []
 
 
@@ -156,6 +163,57 @@ def test_buckets_bound_the_padding_of_heavy_tailed_sizes():
     assert padding_ratio(sizes, None, 610) <= 1.3  # the padding bound asked of the buckets
     # W1's clients (100-200 samples, batches of 10, a 61-parameter model): one bucket
     assert len(buckets([-(-n // 10) * 10 for n in range(100, 201)], 10, 61)) == 1
+
+
+@pytest.mark.parametrize("arch", ["linear", "logistic"])
+def test_the_stacked_forward_is_vmaps_computation_bit_for_bit(arch):
+    from torch.func import functional_call, vmap
+
+    model = LinearRegression(7) if arch == "linear" else Logistic(12, 4)
+    shape = (7,) if arch == "linear" else (3, 2, 2)  # the logistic model flattens its input
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+
+    def one(flat, xb):
+        return functional_call(model, {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}, (xb,))
+
+    g = torch.Generator().manual_seed(4)
+    w, x = torch.randn(5, sum(sizes), generator=g), torch.randn(5, 9, *shape, generator=g)
+    grads = []
+    for f in (vmap(one), stacked_forward(model)):
+        wr = w.clone().requires_grad_(True)
+        out = f(wr, x)
+        (out.square() * torch.arange(out.numel()).view(out.shape)).sum().backward()
+        grads.append((out.detach(), wr.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    assert stacked_forward(ConvNet((1, 8, 8), 3, (2, 3), 8)) is None
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_a_clients_result_does_not_depend_on_its_row(kind):
+    """The rows are reordered longest epoch first inside a call: permuting the clients of a
+    call permutes the result, bit for bit, optimizer state included."""
+    sizes = [7, 31, 18, 31, 2]
+    model, cfg = Logistic(4, 3), TrainConfig(optimizer=kind, lr=0.1, batch_size=5, local_epochs=2, shuffle=True)
+    xs, ys = _clients(sizes, (4,), "classification", seed=5)
+    torch.manual_seed(3)
+    start = torch.stack([get_flat(Logistic(4, 3)) for _ in sizes])
+    target = torch.randn(len(sizes), start.shape[1])
+
+    def run(perm):
+        opts = [_opt(kind, copy.deepcopy(model).parameters(), 0.1, 0.0) for _ in perm]
+        w = batched_proximal_train(model, start[perm], opts, [xs[c] for c in perm], [ys[c] for c in perm], "classification",
+                                   cfg, [np.random.default_rng([9, c]) for c in perm],
+                                   pull_scale=torch.ones(len(perm)), pull_target=target[perm])
+        state = [o.exp_avg[0] if kind == "adam" else o.buffers[0] for o in opts]
+        return w, state, [getattr(o, "steps", 0) for o in opts]
+
+    w0, s0, n0 = run([0, 1, 2, 3, 4])
+    perm = [4, 2, 0, 3, 1]
+    w1, s1, n1 = run(perm)
+    assert torch.equal(w1, w0[perm])
+    assert all(torch.equal(a, s0[c]) for a, c in zip(s1, perm)) and n1 == [n0[c] for c in perm]
 
 
 def test_full_batch_heavy_tailed_clients_equal_the_loop(monkeypatch):
