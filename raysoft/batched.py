@@ -254,13 +254,13 @@ def _lockstep_train(
 
     batched_forward = stacked_forward(model) or vmap(forward)
 
-    def grads_of(w: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, mb: torch.Tensor) -> torch.Tensor:
-        """Each client's gradient of its masked mean batch loss: the clients are independent,
-        so one backward pass of the sum of their losses gives every row's gradient."""
+    def grads_of(w: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
+        """Each client's gradient of its masked mean batch loss (``wb``: each sample's weight,
+        1 / the batch's real samples, 0 for padding): the clients are independent, so one
+        backward pass of the sum of their losses gives every row's gradient."""
         w = w.detach().requires_grad_(True)
         out = batched_forward(w, xb)
-        losses = per_sample_loss(out.flatten(0, 1), yb.flatten(), task).view(mb.shape)
-        ((losses * mb).sum(dim=1) / mb.sum(dim=1).clamp_min(1.0)).sum().backward()
+        (per_sample_loss(out.flatten(0, 1), yb.flatten(), task).view(wb.shape) * wb).sum().backward()
         return w.grad
 
     # rows ordered by epoch length, longest first (ties by position): the clients that step at
@@ -286,7 +286,7 @@ def _lockstep_train(
         # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
         e_j = np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :] + np.arange(spe[0])[None, :, None]
         sa_all = torch.from_numpy(np.asarray([o.steps for o in opts], dtype=np.float64)[None, None, :] + e_j + 1)
-        bc1_all = (1 - b1**sa_all).float()[..., None]  # [epochs, steps, C, 1]
+        lr_all = o0.lr / (1 - b1**sa_all).float()[..., None]  # lr / bc1: [epochs, steps, C, 1]
         bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None]
     else:
         buf = _stack_state(opts, d, "buffers")
@@ -302,12 +302,14 @@ def _lockstep_train(
             order = offsets[c] + batch_order(ns[c], epoch, cfg, rngs[c])
             idx[c, :ns[c]], idx[c, ns[c]:], mask[c, :ns[c]] = order, order[0], 1.0
         idx_t, mask_t = torch.from_numpy(idx), torch.from_numpy(mask)
+        real = mask_t.view(num, steps_per_epoch, batch).sum(dim=2, keepdim=True).clamp_min(1.0)
+        weight = (mask_t.view(num, steps_per_epoch, batch) / real).view(num, -1)  # a sample's share of its batch's mean
         x_ep, y_ep = x_all[idx_t], y_all[idx_t]  # the epoch's batches, gathered once
         for j in range(steps_per_epoch):
             a = slice(0, active[j])  # the clients that step
             cols = slice(j * batch, (j + 1) * batch)
             wa = w[a]
-            g = grads_of(wa, x_ep[a, cols], y_ep[a, cols], mask_t[a, cols])
+            g = grads_of(wa, x_ep[a, cols], y_ep[a, cols], weight[a, cols])
             with torch.no_grad():
                 if pull_scale is not None:
                     g = g + pull_scale[a, None] * wa
@@ -317,17 +319,13 @@ def _lockstep_train(
                 if o0.weight_decay:
                     ga = ga + o0.weight_decay * wa
                 if adam:
-                    bc1, bc2_sqrt = bc1_all[epoch, j, a], bc2_sqrt_all[epoch, j, a]
-                    ma = m[a].lerp(ga, 1 - b1)
-                    va = v[a].mul(b2).addcmul(ga, ga, value=1 - b2)
-                    m[a], v[a] = ma, va
-                    w[a] = wa - (o0.lr / bc1) * ma / ((va.sqrt() / bc2_sqrt) + o0.eps)
+                    ma = m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
+                    va = v[a].mul_(b2).addcmul_(ga, ga, value=1 - b2)
+                    wa.sub_(lr_all[epoch, j, a] * ma / ((va.sqrt() / bc2_sqrt_all[epoch, j, a]) + o0.eps))
                 else:
                     if o0.momentum:
-                        ba = buf[a].mul(o0.momentum).add(ga)
-                        buf[a] = ba
-                        ga = ba
-                    w[a] = wa - o0.lr * ga
+                        ga = buf[a].mul_(o0.momentum).add_(ga)
+                    wa.sub_(o0.lr * ga)
     if adam:
         _unstack_state(opts, m, "exp_avg", shapes)
         _unstack_state(opts, v, "exp_avg_sq", shapes)
