@@ -163,6 +163,32 @@ def test_round_deadline_drops_and_counts_a_stragglers_updates(ray_session, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_a_stopped_run_releases_its_client_actors_during_a_round(ray_session, tmp_path):
+    """The coordinator's shutdown is not queued behind the step in progress (a straggler
+    sleeping for hours here) but runs beside it, so a stopped run ends at once."""
+    import ray
+
+    from raysoft.backends.ray_backend import CoordinatorActor
+    from raysoft.config import parse_config
+
+    cfg = parse_config(_cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5},
+                            faults=[{"kind": "slow_client", "at_round": 0, "client": 7, "factor": 1e7}]))
+    coord = CoordinatorActor.remote()
+    try:
+        ray.get(coord.start.remote(cfg.to_dict(), "stop", str(tmp_path), False, [list(range(5)), list(range(5, 10))],
+                                   None), timeout=120)
+        advance = coord.advance.remote()
+        assert ray.wait([advance], timeout=3)[0] == []  # the straggler holds the step
+        ray.get(coord.shutdown.remote(), timeout=60)  # before: queued behind the step, for hours
+    finally:
+        ray.kill(coord)
+    with pytest.raises(ray.exceptions.RayError) as err:  # the step ends with its actor
+        ray.get(advance, timeout=60)
+    assert not isinstance(err.value, ray.exceptions.GetTimeoutError)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_nan_update_is_left_out_of_a_mean_summed_in_the_actors(ray_session, tmp_path):
     # FedAvg's mean is summed in the client actors: the NaN is found there, reported, and the
     # mean over the other clients is the coordinator's, to the bit

@@ -410,10 +410,12 @@ class RayExecutor:
             self.placement[i] = where
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, concurrency_groups={"control": 1})
 class CoordinatorActor:
     """Runs the rounds of one experiment over the client actors (built by :meth:`start`, so
-    that an error while building them is an ordinary task error, one line to the user)."""
+    that an error while building them is an ordinary task error, one line to the user).
+    :meth:`shutdown` runs in a concurrency group of its own, so that a stopped run releases
+    its client actors at once, not after the round (or upload) in progress."""
 
     def __init__(self) -> None:
         self.executor: RayExecutor | None = None
@@ -430,8 +432,10 @@ class CoordinatorActor:
     def advance(self) -> dict[str, Any]:
         return self.coord.advance()
 
+    @ray.method(concurrency_group="control")
     def shutdown(self) -> None:
-        """Release the client actors (the driver removes the placement group it reserved)."""
+        """Release the client actors (the driver removes the placement group it reserved);
+        runs beside an ``advance`` in progress, which then fails (the run is being stopped)."""
         for a in self.executor.actors if self.executor is not None else ():
             ray.kill(a)
 
