@@ -19,8 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
-from raysoft.compare import compare
-from raysoft.config import load_raw
+from raysoft.compare import algorithm_configs, compare
+from raysoft.config import ConfigError, load_raw
 
 JOBS = Path(__file__).parent
 # as jobs/ccfl_fmnist_k4_small.yaml (which says why): F on the paper's scale, Adam lr 0.001, the
@@ -38,16 +38,22 @@ def main() -> None:
     ap.add_argument("--out", default="runs/ccfl_table1")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
+    over = lambda k: [f"data.clients={args.clients_per_cluster * k}", f"algorithm.cycles={args.cycles}",  # noqa: E731
+                      f"algorithm.public_samples={args.public}",
+                      f"algorithm.eval_every={2 * args.clients_per_cluster * k}",
+                      *DEPARTURES, "output.progress=none", *args.overrides]
+    try:  # every K's configs checked before the first run starts
+        raws = {k: load_raw(JOBS / f"ccfl_fmnist_k{k}.yaml", over(k)) for k in args.ks}
+        for raw in raws.values():
+            algorithm_configs(raw, ["ccfl", "fedsoft_async", "local"])
+    except ConfigError as err:
+        ap.error(str(err))
     print("| K | CCFL Cli Bfr | CCFL Cli Aft | CCFL Cluster | FS-Async Cli Bfr | FS-Async Cli Aft | "
           "FS-Async Cluster | Local | KL CCFL / FS-Async | MB down / client CCFL / FS-Async | min |",
           flush=True)
     print("|---" * 11 + "|", flush=True)
     for k in args.ks:
-        over = [f"data.clients={args.clients_per_cluster * k}", f"algorithm.cycles={args.cycles}",
-                f"algorithm.public_samples={args.public}", f"algorithm.eval_every={2 * args.clients_per_cluster * k}",
-                *DEPARTURES, "output.progress=none", *args.overrides]
-        raw = load_raw(JOBS / f"ccfl_fmnist_k{k}.yaml", over)
-        path = compare(raw, ["ccfl", "fedsoft_async", "local"], out=args.out)
+        path = compare(raws[k], ["ccfl", "fedsoft_async", "local"], out=args.out)
         s = {a: json.loads((path / a / "summary.json").read_text()) for a in ("ccfl", "fedsoft_async", "local")}
         c, f = s["ccfl"], s["fedsoft_async"]
         minutes = sum(x["wall_time_s"] for x in s.values()) / 60

@@ -25,7 +25,7 @@ import pandas as pd
 
 import raysoft
 from raysoft.compare import DEFAULT_ALGORITHMS, algorithm_configs
-from raysoft.config import load_raw
+from raysoft.config import ConfigError, load_raw
 from raysoft.report.analysis import local_means
 from raysoft.report.load import load_run
 
@@ -92,9 +92,13 @@ def main() -> None:
     runs = [(s, "fedsoft", overrides(s)) for s in args.settings]
     if args.fedavg:
         runs.insert(0, ("fedavg", "fedavg", []))
+    try:  # every run's config checked before the first run starts
+        cfgs = [algorithm_configs(load_raw(JOB, over + budget + args.overrides), list(DEFAULT_ALGORITHMS))[algo]
+                for _, algo, over in runs]
+    except ConfigError as err:
+        ap.error(str(err))
     print(header, flush=True)
-    for label, algo, over in runs:
-        cfg = algorithm_configs(load_raw(JOB, over + budget + args.overrides), list(DEFAULT_ALGORITHMS))[algo]
+    for (label, _, _), cfg in zip(runs, cfgs):
         r = raysoft.run(cfg, out=args.out)
         print(row(label, r.run_dir), flush=True)
         print(f"{label}: {r.run_dir}", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import raysoft
+from raysoft.config import ConfigError
 
 JOBS = Path(__file__).parent
 TABLE1 = ["fedsoft_synthetic.yaml", "fedsoft_synthetic_30_70.yaml", "fedsoft_synthetic_linear.yaml",
@@ -39,11 +40,15 @@ def main() -> None:
     ap.add_argument("--jobs", nargs="+", default=TABLE1 + TABLE3)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
+    try:  # every run's config checked before the first run starts
+        cfgs = {(job, seed): raysoft.load_config(JOBS / job, [f"seed={seed}", "output.progress=none", *args.overrides])
+                for job in args.jobs for seed in args.seeds}
+    except ConfigError as err:
+        ap.error(str(err))
     for job in args.jobs:
         scores, maes, locals_, distinct, secs = [], [], [], [], []
         for seed in args.seeds:
-            cfg = raysoft.load_config(JOBS / job, [f"seed={seed}", "output.progress=none", *args.overrides])
-            r = raysoft.run(cfg, out=args.out)
+            r = raysoft.run(cfgs[job, seed], out=args.out)
             scores.append(final_scores(r))
             maes.append(r.summary["weight_mae"])
             locals_.append(r.summary["local_mean"]["mse"])

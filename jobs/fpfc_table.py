@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import raysoft
+from raysoft.config import ConfigError
 
 JOB = Path(__file__).parent / "fpfc_synthetic.yaml"
 M = 100  # devices in the job
@@ -64,12 +65,17 @@ def main() -> None:
     ap.add_argument("--out", default="runs/fpfc_table")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
+    try:  # every run's config checked before the first run starts
+        cfgs = {(method, seed): raysoft.load_config(JOB, [*overrides(method, args.rounds), f"seed={seed}",
+                                                          "output.progress=none", *args.overrides])
+                for method in args.methods for seed in args.seeds}
+    except ConfigError as err:
+        ap.error(str(err))
     print("| method | Acc | Num | 4 clusters | ARI | rounds | s/run |\n|---|---|---|---|---|---|---|", flush=True)
     for method in args.methods:
         accs, nums, aris, secs = [], [], [], []
         for seed in args.seeds:
-            over = [*overrides(method, args.rounds), f"seed={seed}", "output.progress=none"]
-            r = raysoft.run(raysoft.load_config(JOB, over + args.overrides), out=args.out)
+            r = raysoft.run(cfgs[method, seed], out=args.out)
             accs.append(r.summary["local_mean"]["test_accuracy"])
             nums.append(r.summary.get("num_clusters", np.nan))
             aris.append(r.summary.get("ari", np.nan))

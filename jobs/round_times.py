@@ -18,7 +18,7 @@ import time
 from raysoft.api import check_data
 from raysoft.backends import run_backend
 from raysoft.bench.workloads import workload_config
-from raysoft.config import apply_overrides, parse_config
+from raysoft.config import ConfigError, apply_overrides, parse_config
 
 
 def main() -> None:
@@ -27,8 +27,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args()
-    raw = apply_overrides(workload_config(args.workload, args.rounds), args.overrides)
-    cfg = check_data(parse_config(raw))
+    try:
+        cfg = check_data(parse_config(apply_overrides(workload_config(args.workload, args.rounds), args.overrides)))
+    except ConfigError as err:
+        ap.error(str(err))
     marks: list[tuple[float, dict]] = []
     run_backend(cfg, "round-times", lambda info: marks.append((time.monotonic(), info)))
     secs = []
