@@ -14,7 +14,9 @@ code's:
   threshold 4 (``algorithm.lam=0.2``, ``algorithm.nu=4``), reference schedule;
   fpfc_l1_reference: the same with the reference code's final grouping
   (``algorithm.grouping=neighbourhoods``: each device's neighbours within nu, not connected components);
-- ifca (told L = 4) and fedavg: 30% of the devices a round;
+- ifca (told L = 4) and fedavg: 30% of the devices a round; ifca_code: the reference code's own
+  IFCA baseline (``algorithm.option=fpfc_code``: one gradient step a round, each center's models
+  averaged over all the selected devices, so it shrinks by its share of them);
 - local: every device in every round (the reference LOCAL baseline ignores the participation
   ratio), i.e. 2000 x 10 full-batch steps per device.
 
@@ -44,6 +46,7 @@ METHODS: dict[str, list[str]] = {
     "fpfc_l1_reference": ["algorithm.name=fpfc_l1", "algorithm.lam=0.2", "algorithm.nu=4", "algorithm.pairs=code",
                           "algorithm.grouping=neighbourhoods"],
     "ifca": ["algorithm={name: ifca, num_centers: 4, clients_per_round: 30}"],
+    "ifca_code": ["algorithm={name: ifca, num_centers: 4, clients_per_round: 30, option: fpfc_code}"],
     "fedavg": ["algorithm={name: fedavg, clients_per_round: 30}"],
     "local": [f"algorithm={{name: local, clients_per_round: {M}}}"],
 }

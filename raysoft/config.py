@@ -65,9 +65,12 @@ class IFCAConfig(AlgorithmConfig):
 
     name: Literal["ifca"] = "ifca"
     num_centers: int = Field(2, ge=1, description="k; default data.distributions")
-    option: Literal["model", "gradient"] = Field(
+    option: Literal["model", "gradient", "fpfc_code"] = Field(
         "model", description="model: option II, local training + per-cluster model averaging; "
-        "gradient: option I, one full-batch gradient, theta_j -= lr/m sum of members' gradients",
+        "gradient: option I, one full-batch gradient, theta_j -= lr/m sum of members' gradients; "
+        "fpfc_code: the FPFC reference code's IFCA baseline, option I whose models are averaged over all "
+        "m selected clients: theta_j <- (n_j/m) theta_j - lr/m sum of members' gradients (a center "
+        "shrinks each round; an empty one becomes 0)",
     )
     init_threshold: float = Field(
         0.0, ge=0.0, le=1.0,

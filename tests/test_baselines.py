@@ -6,7 +6,7 @@ import torch
 
 import raysoft
 from raysoft.algorithms.fedem import aggregate_learners, e_step, m_step_pi, mixture_metrics
-from raysoft.algorithms.ifca import assign_cluster, average_members, gradient_step, one_hot
+from raysoft.algorithms.ifca import CenterUpdate, assign_cluster, average_members, gradient_step, one_hot
 from raysoft.algorithms import WeightedMean
 from raysoft.params import add_terms
 
@@ -31,6 +31,17 @@ def test_ifca_gradient_step_divides_by_the_number_of_selected_clients():
     new = gradient_step({0: 0, 1: 0, 2: 1}, grads, old, lr=0.3)
     # center 0: 1 - 0.1 * (4, 8); center 1: 2 - 0.1 * (2, 2)
     torch.testing.assert_close(new, torch.tensor([[0.6, 0.2], [1.8, 1.8]]))
+
+
+def test_ifca_fpfc_code_averages_over_every_selected_client():
+    """The FPFC reference code's IFCA: each center is scaled by its share of the m = 3 selected
+    clients before the step, and a center nobody chose becomes zero."""
+    old = torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    grads = {0: torch.tensor([4.0, 0.0]), 1: torch.tensor([0.0, 8.0]), 2: torch.tensor([2.0, 2.0])}
+    chosen = {0: (0, None), 1: (0, None), 2: (1, None)}
+    new = CenterUpdate(old, "fpfc_code", 0.3).plan(chosen).apply(grads)
+    # center 0: (2/3) * 1 - 0.1 * (4, 8); center 1: (1/3) * 2 - 0.1 * (2, 2); center 2: 0
+    torch.testing.assert_close(new, torch.tensor([[2 / 3 - 0.4, 2 / 3 - 0.8], [2 / 3 - 0.2, 2 / 3 - 0.2], [0.0, 0.0]]))
 
 
 def test_one_hot_with_unknown_clients_uniform():

@@ -9,7 +9,11 @@ Option II (``option: model``, the default): the client trains theta_j locally an
 becomes the plain average of its members' models. Option I (``option: gradient``): the client
 returns grad F_i(theta_j) and theta_j <- theta_j - (lr / m) sum of its members' gradients, with
 m the number of selected clients (the reference code's normalisation). A center that no client
-chose keeps its model. Importance weights are one-hot; a client's local model is its chosen
+chose keeps its model. ``option: fpfc_code`` is the IFCA baseline of the FPFC reference code,
+kept to measure what it does to FPFC's Table 1: each selected client's one-step model
+theta_j - lr g_i is averaged with weight 1 / m over all m selected clients, not over the n_j
+members, so theta_j <- (n_j / m) theta_j - (lr / m) sum of the members' gradients: every center
+shrinks by n_j / m each round, and one that no client chose becomes zero. Importance weights are one-hot; a client's local model is its chosen
 center (chosen again at each evaluation, on the client's own data).
 """
 
@@ -40,7 +44,9 @@ class CenterUpdate(Reduction):
     """The new centers from the (chosen center j, update) results of the clients whose update
     is finite. Option II (``model``): theta_j = plain average of the models of the clients that
     chose j; option I (``gradient``): theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m the
-    number of those clients. Empty clusters keep their center."""
+    number of those clients. Empty clusters keep their center. ``fpfc_code``: theta_j <-
+    (n_j / m) theta_j - (lr / m) sum_{i: s_i = j} g_i, n_j the clients that chose j (an empty
+    cluster's center becomes zero)."""
 
     old: torch.Tensor
     option: str = "model"
@@ -50,7 +56,10 @@ class CenterUpdate(Reduction):
     def plan(self, rest: dict[int, Any]) -> Plan:
         chosen = {k: int(r[0]) for k, r in sorted(rest.items())}
         start = self.old.clone()
-        if self.option == "gradient":
+        if self.option == "fpfc_code" and chosen:
+            counts = np.bincount(list(chosen.values()), minlength=start.shape[0])
+            start *= torch.as_tensor(counts / len(chosen), dtype=start.dtype)[:, None]
+        if self.option in ("gradient", "fpfc_code"):
             return Plan(start, {k: (j, -self.lr / len(chosen)) for k, j in chosen.items()})
         terms: dict[int, tuple[int | None, float]] = {}
         for j in range(self.old.shape[0]):
@@ -89,7 +98,7 @@ class IFCAState:
 def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
     centers = payload["centers"]
     j = assign_cluster(mean_losses(ctx, centers))
-    if payload["option"] == "gradient":
+    if payload["option"] in ("gradient", "fpfc_code"):
         set_flat(ctx.scratch, centers[j])
         return opt, (j, full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task))
     return opt, (j, train_from(ctx, opt, centers[j], t))
