@@ -13,8 +13,9 @@ chose keeps its model. ``option: fpfc_code`` is the IFCA baseline of the FPFC re
 kept to measure what it does to FPFC's Table 1: each selected client's one-step model
 theta_j - lr g_i is averaged with weight 1 / m over all m selected clients, not over the n_j
 members, so theta_j <- (n_j / m) theta_j - (lr / m) sum of the members' gradients: every center
-shrinks by n_j / m each round, and one that no client chose becomes zero. Importance weights are one-hot; a client's local model is its chosen
-center (chosen again at each evaluation, on the client's own data).
+shrinks by n_j / m each round, and one that no client chose becomes zero. Importance weights
+are one-hot; a client's local model is its chosen center (chosen again at each evaluation, on
+the client's own data).
 """
 
 from __future__ import annotations
