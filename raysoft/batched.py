@@ -270,21 +270,23 @@ def _lockstep_train(
     batch = cfg.batch_size or max(ns0)
     spe = [-(-n // batch) for n in ns0]  # each client's steps per epoch
     perm = sorted(range(num), key=lambda c: (-spe[c], c))
-    if perm != list(range(num)):
+    reordered = perm != list(range(num))
+    if reordered:
         rows = torch.tensor(perm)
         start = start[rows]
         opts, xs, ys, rngs = [opts[c] for c in perm], [xs[c] for c in perm], [ys[c] for c in perm], [rngs[c] for c in perm]
         pull_scale = None if pull_scale is None else pull_scale[rows]
         pull_target = None if pull_target is None else pull_target[rows]
     ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
-    active = [sum(1 for s in spe if s > j) for j in range(spe[0])]  # clients stepping at step j
+    steps_per_epoch = spe[0]
+    active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
     w = start.clone()
     if adam:
         m, v = _stack_state(opts, d, "exp_avg"), _stack_state(opts, d, "exp_avg_sq")
         b1, b2 = o0.betas
         # Adam's bias corrections of every step of the call, made at once: at step j of epoch e
         # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
-        e_j = np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :] + np.arange(spe[0])[None, :, None]
+        e_j = np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :] + np.arange(steps_per_epoch)[None, :, None]
         sa_all = torch.from_numpy(np.asarray([o.steps for o in opts], dtype=np.float64)[None, None, :] + e_j + 1)
         lr_all = o0.lr / (1 - b1**sa_all).float()[..., None]  # lr / bc1: [epochs, steps, C, 1]
         bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None]
@@ -294,7 +296,6 @@ def _lockstep_train(
     offsets = np.concatenate([[0], np.cumsum(ns)[:-1]])
     model.train()
     for epoch in range(cfg.local_epochs):
-        steps_per_epoch = spe[0]
         # every client's sample order of this epoch, padded to whole batches (padding masked out)
         idx = np.zeros((num, steps_per_epoch * batch), dtype=np.int64)
         mask = np.zeros((num, steps_per_epoch * batch), dtype=np.float32)
@@ -315,9 +316,7 @@ def _lockstep_train(
                     g = g + pull_scale[a, None] * wa
                 if pull_target is not None:
                     g = g - pull_target[a]
-                ga = g
-                if o0.weight_decay:
-                    ga = ga + o0.weight_decay * wa
+                ga = g + o0.weight_decay * wa if o0.weight_decay else g
                 if adam:
                     ma = m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
                     va = v[a].mul_(b2).addcmul_(ga, ga, value=1 - b2)
@@ -333,7 +332,7 @@ def _lockstep_train(
             o.steps += cfg.local_epochs * n
     elif o0.momentum:
         _unstack_state(opts, buf, "buffers", shapes)
-    if perm == list(range(num)):
+    if not reordered:
         return w
     out = torch.empty_like(w)
     out[torch.tensor(perm)] = w

@@ -40,6 +40,9 @@ def assign_cluster(losses: torch.Tensor | np.ndarray) -> int:
     return int(np.argmin(np.asarray(losses)))
 
 
+GRADIENT_OPTIONS = ("gradient", "fpfc_code")  # the options whose clients return one full-batch gradient
+
+
 @dataclass(frozen=True)
 class CenterUpdate(Reduction):
     """The new centers from the (chosen center j, update) results of the clients whose update
@@ -60,7 +63,7 @@ class CenterUpdate(Reduction):
         if self.option == "fpfc_code" and chosen:
             counts = np.bincount(list(chosen.values()), minlength=start.shape[0])
             start *= torch.as_tensor(counts / len(chosen), dtype=start.dtype)[:, None]
-        if self.option in ("gradient", "fpfc_code"):
+        if self.option in GRADIENT_OPTIONS:
             return Plan(start, {k: (j, -self.lr / len(chosen)) for k, j in chosen.items()})
         terms: dict[int, tuple[int | None, float]] = {}
         for j in range(self.old.shape[0]):
@@ -99,7 +102,7 @@ class IFCAState:
 def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
     centers = payload["centers"]
     j = assign_cluster(mean_losses(ctx, centers))
-    if payload["option"] in ("gradient", "fpfc_code"):
+    if payload["option"] in GRADIENT_OPTIONS:
         set_flat(ctx.scratch, centers[j])
         return opt, (j, full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task))
     return opt, (j, train_from(ctx, opt, centers[j], t))
