@@ -1,5 +1,5 @@
 """The shipped cluster configs: each parses, passes the schema it is written for (the cluster
-launcher's schema of the installed Ray; KubeRay's v1 CRDs when their files are at hand), pins the
+launcher's schema of the installed Ray; KubeRay's v1 CRD schemas, kept in tests/data/kuberay), pins the
 Ray raysoft is tested with, and does what it says: rsync filters that leave the .venv behind, a
 cluster token made once (0600) on the head and handed to the workers, GPU drivers on GPU nodes,
 results on a volume that outlives the pods.
@@ -7,6 +7,8 @@ results on a volume that outlives the pods.
 Pure file checks and small shell runs: nothing here starts Ray or touches a network."""
 
 import copy
+import gzip
+import json
 import os
 import re
 import shutil
@@ -28,8 +30,8 @@ TORCH = version("torch").split("+")[0]
 TORCHVISION = version("torchvision").split("+")[0]
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 IMAGE_HOME = "/home/ray/raysoft/"  # the Dockerfile's WORKDIR: the repository's jobs/ are there
-# KubeRay's CRDs are background material, not part of the repository: used when present
-CRD_DIRS = [ROOT.parent / "shared" / "schemas" / "kuberay", Path("/work/shared/schemas/kuberay")]
+# KubeRay's v1 CRD schemas, extracted and kept in the repository (tests/data/kuberay/README.md)
+CRD_DIR = Path(__file__).resolve().parent / "data" / "kuberay"
 
 
 def launcher(name):
@@ -266,13 +268,8 @@ def test_kuberay_rayjob_installs_raysoft_from_the_image():
 
 
 def _crd_schema(kind):
-    for d in CRD_DIRS:
-        f = d / f"ray.io_{kind.lower()}s.yaml"
-        if f.is_file():
-            crd = yaml.safe_load(f.read_text())
-            (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-            return v1["schema"]["openAPIV3Schema"]
-    pytest.skip("KubeRay's CRD schema files are not at hand")
+    """The openAPIV3Schema of KubeRay's v1 CRD of ``kind``."""
+    return json.loads(gzip.decompress((CRD_DIR / f"{kind.lower()}-v1.schema.json.gz").read_bytes()))
 
 
 def _strict(schema):
@@ -292,7 +289,7 @@ def _strict(schema):
 
 @pytest.mark.parametrize("name,kind", [("kuberay-raycluster.yaml", "RayCluster"), ("kuberay-rayjob.yaml", "RayJob")])
 def test_kuberay_manifest_validates_against_the_crd(name, kind):
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema  # a dependency of ray
     schema = _strict(_crd_schema(kind))
     doc = kuberay(name)[kind]
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
