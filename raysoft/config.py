@@ -122,8 +122,8 @@ class FPFCConfig(AlgorithmConfig):
     grouping: Literal["components", "neighbourhoods"] = Field(
         "components", description="the final clustering: components, the connected components of ||theta_ij|| <= nu "
         "(a partition); neighbourhoods, the reference code's step: each device's set of devices with "
-        "||theta_ij|| < nu, the distinct sets in turn averaging their members' models (the per-round num_clusters counts the "
-        "components under either grouping; the last round's follows this key)"
+        "||theta_ij|| < nu, the distinct sets in turn averaging their members' models (the per-round "
+        "num_clusters counts the components under either grouping; the last round's follows this key)"
     )
     pairs: Literal["paper", "code"] = Field(
         "paper", description="paper: pairs i < j inside A_k, once each; code: every pair (i in A_k, "

@@ -1,8 +1,8 @@
 """The shipped cluster configs: each parses, passes the schema it is written for (the cluster
-launcher's schema of the installed Ray; KubeRay's v1 CRD schemas, kept in tests/data/kuberay), pins the
-Ray raysoft is tested with, and does what it says: rsync filters that leave the .venv behind, a
-cluster token made once (0600) on the head and handed to the workers, GPU drivers on GPU nodes,
-results on a volume that outlives the pods.
+launcher's schema of the installed Ray; KubeRay's v1 CRD schemas, kept in tests/data/kuberay),
+pins the Ray raysoft is tested with, and does what it says: rsync filters that leave the .venv
+behind, a cluster token made once (0600) on the head and handed to the workers, GPU drivers on
+GPU nodes, results on a volume that outlives the pods.
 
 Pure file checks and small shell runs: nothing here starts Ray or touches a network."""
 
