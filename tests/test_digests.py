@@ -3,15 +3,24 @@
 The digests were computed before the code was reorganised into its present layout; a change
 that moves code around must leave every number bit-identical. A change that means to alter the
 numbers (a new default, a bug fix) updates the digest it changes and says why in its commit.
+
+The last bits of a run depend on the CPU: torch, oneDNN and MKL pick their vector kernels
+(AVX2, AVX-512, ...) by what the CPU offers, and a few rounds of training amplify the rounding
+(docs/architecture.md#determinism). So the digests are pinned per kind of CPU, and on a kind
+that has none the test is skipped, saying which kind it found; a new kind's digests are added
+by running this file there on a commit whose numbers are known to be unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
+import platform
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import raysoft
 
@@ -69,21 +78,79 @@ STREAMS = {
     "local_stream": dict(name="local_stream"),
 }
 
-EXPECTED = {
-    "fedsoft": "1b8eafeeec175a23",
-    "fedsoft_full": "bc97a63743701042",
-    "ifca": "841c7a7832a81cb3",
-    "ifca_gradient": "773036ef87ed0e3e",
-    "fedem": "7517ae4065da8de9",
-    "fedavg": "413276a6503300e8",
-    "local": "4e215d7899927be4",
-    "fpfc": "7be0c472cbd9fec5",
-    "fpfc_l1": "45b9dc6bf45d42d7",
-    "ccfl": "69c3ef417c53e9d3",
-    "ccfl_shift": "60f3800301f59776",
-    "fedsoft_async": "4fc573206b23c6b7",
-    "local_stream": "923e4a1a23b37285",
+# (machine, torch's CPU capability, CPU model name or "*" for any) -> case -> digest
+EXPECTED_BY_CPU: dict[tuple[str, str, str], dict[str, str]] = {
+    # pinned 2026-11-25 on an x86_64 machine whose torch ran its AVX2 kernels
+    ("x86_64", "AVX2", "*"): {
+        "fedsoft": "1b8eafeeec175a23",
+        "fedsoft_full": "bc97a63743701042",
+        "ifca": "841c7a7832a81cb3",
+        "ifca_gradient": "773036ef87ed0e3e",
+        "fedem": "7517ae4065da8de9",
+        "fedavg": "413276a6503300e8",
+        "local": "4e215d7899927be4",
+        "fpfc": "7be0c472cbd9fec5",
+        "fpfc_l1": "45b9dc6bf45d42d7",
+        "ccfl": "69c3ef417c53e9d3",
+        "ccfl_shift": "60f3800301f59776",
+        "fedsoft_async": "4fc573206b23c6b7",
+        "local_stream": "923e4a1a23b37285",
+    },
+    # 2026-11-26, the same commit's numbers on an AMD EPYC with AVX-512: the seven synchronous
+    # runs on CNNs and linear models agree with the AVX2 machine; FPFC's and the streams' do not
+    ("x86_64", "AVX512", "AMD EPYC"): {
+        "fedsoft": "1b8eafeeec175a23",
+        "fedsoft_full": "bc97a63743701042",
+        "ifca": "841c7a7832a81cb3",
+        "ifca_gradient": "773036ef87ed0e3e",
+        "fedem": "7517ae4065da8de9",
+        "fedavg": "413276a6503300e8",
+        "local": "4e215d7899927be4",
+        "fpfc": "883f19770b47cb02",
+        "fpfc_l1": "c163dc0277e3b151",
+        "ccfl": "131e8facaffaba21",
+        "ccfl_shift": "a65e6f284f7f0cf5",
+        "fedsoft_async": "f2ec0030e3188e9e",
+        "local_stream": "a6eff945aefc681a",
+    },
 }
+
+
+def cpu_kind() -> tuple[str, str, str]:
+    """(machine, torch's CPU capability, the CPU's model name) of this process."""
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return platform.machine(), torch.backends.cpu.get_cpu_capability(), model
+
+
+def pinned(case: str) -> str | None:
+    """The pinned digest of ``case`` on this kind of CPU, or None on a kind with none."""
+    machine, capability, model = cpu_kind()
+    for key in ((machine, capability, model), (machine, capability, "*")):
+        if key in EXPECTED_BY_CPU:
+            return EXPECTED_BY_CPU[key][case]
+    return None
+
+
+def expected(case: str) -> str:
+    """The pinned digest of ``case`` on this kind of CPU; skips the test on a kind with none."""
+    want = pinned(case)
+    if want is None:
+        pytest.skip(f"no digests pinned for this kind of CPU {cpu_kind()}; known: {sorted(EXPECTED_BY_CPU)}")
+    return want
+
+
+def expected_or_clean(case: str, clean_run) -> str:
+    """The pinned digest of ``case``, or on a kind of CPU with none the digest of ``clean_run()``
+    (an uninterrupted run of the same config), for tests whose claim is "the same numbers"."""
+    want = pinned(case)
+    return want if want is not None else digest(clean_run())
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +162,15 @@ def fm_root(tmp_path_factory):
 
 @pytest.mark.parametrize("case", sorted(SYNC))
 def test_synchronous_digest(case, tmp_path):
+    want = expected(case)
     run = raysoft.run(small_config(**SYNC[case]), out=tmp_path)
-    assert digest(run) == EXPECTED[case]
+    assert digest(run) == want
 
 
 @pytest.mark.parametrize("case", sorted(STREAMS))
 def test_stream_digest(case, fm_root, tmp_path):
     algo = dict(STREAMS[case])
     name = algo.pop("name", "ccfl")
+    want = expected(case)
     run = raysoft.run(stream_config(fm_root, name, **algo), out=tmp_path)
-    assert digest(run) == EXPECTED[case]
+    assert digest(run) == want
