@@ -78,17 +78,21 @@ STREAMS = {
     "local_stream": dict(name="local_stream"),
 }
 
+# the seven synchronous runs on CNNs and linear models: the same bits on both kinds of CPU below
+SAME_ON_BOTH = {
+    "fedsoft": "1b8eafeeec175a23",
+    "fedsoft_full": "bc97a63743701042",
+    "ifca": "841c7a7832a81cb3",
+    "ifca_gradient": "773036ef87ed0e3e",
+    "fedem": "7517ae4065da8de9",
+    "fedavg": "413276a6503300e8",
+    "local": "4e215d7899927be4",
+}
 # (machine, torch's CPU capability, CPU model name or "*" for any) -> case -> digest
 EXPECTED_BY_CPU: dict[tuple[str, str, str], dict[str, str]] = {
     # pinned 2026-11-25 on an x86_64 machine whose torch ran its AVX2 kernels
     ("x86_64", "AVX2", "*"): {
-        "fedsoft": "1b8eafeeec175a23",
-        "fedsoft_full": "bc97a63743701042",
-        "ifca": "841c7a7832a81cb3",
-        "ifca_gradient": "773036ef87ed0e3e",
-        "fedem": "7517ae4065da8de9",
-        "fedavg": "413276a6503300e8",
-        "local": "4e215d7899927be4",
+        **SAME_ON_BOTH,
         "fpfc": "7be0c472cbd9fec5",
         "fpfc_l1": "45b9dc6bf45d42d7",
         "ccfl": "69c3ef417c53e9d3",
@@ -96,16 +100,9 @@ EXPECTED_BY_CPU: dict[tuple[str, str, str], dict[str, str]] = {
         "fedsoft_async": "4fc573206b23c6b7",
         "local_stream": "923e4a1a23b37285",
     },
-    # 2026-11-26, the same commit's numbers on an AMD EPYC with AVX-512: the seven synchronous
-    # runs on CNNs and linear models agree with the AVX2 machine; FPFC's and the streams' do not
+    # 2026-11-26, the same commit's numbers on an AMD EPYC with AVX-512
     ("x86_64", "AVX512", "AMD EPYC"): {
-        "fedsoft": "1b8eafeeec175a23",
-        "fedsoft_full": "bc97a63743701042",
-        "ifca": "841c7a7832a81cb3",
-        "ifca_gradient": "773036ef87ed0e3e",
-        "fedem": "7517ae4065da8de9",
-        "fedavg": "413276a6503300e8",
-        "local": "4e215d7899927be4",
+        **SAME_ON_BOTH,
         "fpfc": "883f19770b47cb02",
         "fpfc_l1": "c163dc0277e3b151",
         "ccfl": "131e8facaffaba21",
