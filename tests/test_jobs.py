@@ -15,6 +15,7 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
     ("fedsoft_tables.py", ["--seeds", "0"]),
     ("fedsoft_fmnist_sweep.py", ["--fedavg"]),
     ("ccfl_table1.py", ["--ks", "2"]),
+    ("ccfl_pretraining.py", ["--epochs", "1"]),
     ("round_times.py", ["W1"]),
     ("fpfc_pair_norms.py", []),
 ])
