@@ -33,8 +33,9 @@ def main() -> None:
     args = ap.parse_args()
     print("| algorithm | MB per client | parameters in it |\n|---|---|---|")
     for label, (algo, extra) in VARIANTS.items():
-        raw = load_raw(args.config, ["data.clients=4", "algorithm.rounds=1", "algorithm.clients_per_round=4",
-                                     "algorithm.eval_every=1", "ray.backend=inprocess", "output.progress=none",
+        raw = load_raw(args.config, ["regimes={}", "data.clients=4", "algorithm.rounds=1",  # the shared SGD
+                                     "algorithm.clients_per_round=4", "algorithm.eval_every=1",
+                                     "ray.backend=inprocess", "output.progress=none",
                                      "output.checkpoint_every=1", "data.test_samples=10", *extra])
         cfg = algorithm_configs(raw, list(DEFAULT_ALGORITHMS))[algo]
         with tempfile.TemporaryDirectory() as tmp:

@@ -88,7 +88,9 @@ def main() -> None:
             label, _, path = item.partition("=")
             print(row(label, Path(path)))
         return
-    budget = [f"algorithm.rounds={args.rounds}", f"algorithm.eval_every={args.eval_every}", "output.progress=none"]
+    # the job's regimes dropped: every setting names its own optimiser (a regime would win over it)
+    budget = ["regimes={}", f"algorithm.rounds={args.rounds}", f"algorithm.eval_every={args.eval_every}",
+              "output.progress=none"]
     runs = [(s, "fedsoft", overrides(s)) for s in args.settings]
     if args.fedavg:
         runs.insert(0, ("fedavg", "fedavg", []))
