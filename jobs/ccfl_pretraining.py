@@ -15,7 +15,6 @@ as the job sets it), e.g. to read only the pre-trained accuracy of the paper-sca
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -50,8 +49,7 @@ def main() -> None:
           "Cli Aft | KL | uploads | s |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for e, cfg in cfgs.items():
         run = raysoft.run(cfg, out=args.out)
-        m = pd.read_parquet(run.run_dir / "metrics.parquet")
-        s = json.loads((run.run_dir / "summary.json").read_text())
+        m, s = run.metrics, run.summary
         last = int(m[m.scope == "cluster"].step.max())
         print(f"| {e} | {own_accuracy(m, 0):.3f} | {own_accuracy(m, last):.3f} | {s['cluster_acc']:.3f} | "
               f"{s['cli_bfr']:.3f} | {s['cli_aft']:.3f} | {s['kl']:.3f} | {s['rounds']} | "

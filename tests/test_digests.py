@@ -13,6 +13,7 @@ by running this file there on a commit whose numbers are known to be unchanged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 from pathlib import Path
@@ -113,6 +114,7 @@ EXPECTED_BY_CPU: dict[tuple[str, str, str], dict[str, str]] = {
 }
 
 
+@functools.cache
 def cpu_kind() -> tuple[str, str, str]:
     """(machine, torch's CPU capability, the CPU's model name) of this process."""
     model = "unknown"
