@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 
 from raysoft.algorithms.fpfc import clusters, round_pairs, update_pairs, zeta
-from raysoft.config import FPFCConfig
+from raysoft.algorithms.fpfc import FPFCConfig
 
 
 def measure(m: int, d: int) -> tuple[int, int]:

@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from .backends import run_backend
+from .callbacks import Callbacks
 from .config import Config, ConfigError, load_config, name_problem, parse_config
 from .datafiles import DataFileError, MissingDataError, one_line
 from .errors import RunStopped
@@ -101,9 +102,18 @@ def check_data(cfg: Config) -> Config:
             verify_files(cfg.data.name, root)
         except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
-    why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
-    if why is not None:
-        raise ConfigError(f"model.name: {why}")
+    from .plugins import is_builtin, resolve
+
+    if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name):
+        why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
+        if why is not None:
+            raise ConfigError(f"model.name: {why}")
+    verify = getattr(resolve("datasets", cfg.data.name), "verify", None)
+    if verify is not None:  # a dataset plug-in's own check of its files
+        try:
+            verify(cfg.data)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"data: {cfg.data.name}: {one_line(err)}") from None
     if root is not None and cfg.data.root != root:
         cfg = _replace(cfg, "data", root=str(root))
     return cfg
@@ -192,8 +202,9 @@ def run(
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
-        tables, summary = _train(cfg, run_id, work, progress, resume=False, fresh=True)
+        tables, summary, callbacks = _train(cfg, run_id, work, progress, resume=False, fresh=True)
         _finish(cfg, work, final, tables, summary)
+        _end_callbacks(callbacks, summary, final)
     if uri is not None:  # one writer: this driver publishes the finished run
         target = f"{base.rstrip('/')}/{final.name}"
         location = f"{uri.rstrip('/')}/{final.name}"
@@ -217,7 +228,7 @@ def _kept(work: Path) -> str:
 
 
 def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: bool,
-           fresh: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+           fresh: bool) -> tuple[dict[str, Any], dict[str, Any], Callbacks]:
     """Run the backend into ``work`` (``fresh``: created by this call); on failure remove
     ``work`` unless it is resumable (a checkpointed run, or a resumed one) and say which."""
     keep = not fresh or cfg.output.checkpoint_every > 0
@@ -229,7 +240,14 @@ def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: b
 
     bar = Progress(cfg.algorithm.rounds, progress or cfg.output.progress, label=cfg.algorithm.name)
     try:
-        return run_backend(cfg, run_id, bar, run_dir=str(work), resume=resume)
+        callbacks = Callbacks(cfg, run_id, work)
+
+        def on_progress(info: dict[str, Any]) -> bool:
+            bar(info)
+            return callbacks.on_rows(info.get("rows"))
+
+        tables, summary = run_backend(cfg, run_id, on_progress, run_dir=str(work), resume=resume)
+        return tables, summary, callbacks
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
@@ -249,6 +267,15 @@ def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: b
         if keep:
             err.add_note(f"The run directory is {_kept(work)}.")
         raise
+
+
+def _end_callbacks(callbacks: Callbacks, summary: dict[str, Any], run_dir: Path) -> None:
+    """The callbacks' ``on_end``, once the run is written; a failure there keeps the results."""
+    if callbacks:
+        try:
+            callbacks.on_end(summary, run_dir)
+        except ConfigError as err:
+            raise RunStopped(f"{err}; the run's results are complete in {run_dir}") from err
 
 
 def _finish(cfg: Config, work: Path, final: Path, tables: dict[str, Any], summary: dict[str, Any]) -> None:
@@ -307,6 +334,7 @@ def resume(run_dir: str | Path, *, address: str | None = None, progress: str | N
         assert blob is not None
         run_id = blob["recorder"]["metrics"]["run_id"][0]
     with stop_on_signals():
-        tables, summary = _train(cfg, run_id, d, progress, resume=True, fresh=False)
+        tables, summary, callbacks = _train(cfg, run_id, d, progress, resume=True, fresh=False)
         _finish(cfg, d, d, tables, summary)
+        _end_callbacks(callbacks, summary, d)
     return RunResult(run_dir=d, run_id=run_id, summary=summary)

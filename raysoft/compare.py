@@ -27,7 +27,8 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .api import _prepare_out, check_resources, is_uri, run
-from .config import ALGORITHM_CONFIGS, STREAM_ALGORITHMS, Config, ConfigError, parse_config
+from .config import Config, ConfigError, parse_config
+from .plugins import is_stream_algorithm, settings_class
 from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
 from .report.markdown import comparison_markdown
@@ -38,9 +39,11 @@ DEFAULT_ALGORITHMS = ("fedsoft", "ifca", "fedem", "fedavg", "local")
 def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) -> dict[str, Config]:
     """One config per algorithm from a raw config mapping whose ``algorithm`` section may hold
     the keys of several algorithms: each key goes to the algorithms that have it."""
-    unknown = [a for a in algorithms if a not in ALGORITHM_CONFIGS]
-    if unknown:
-        raise ConfigError(f"--algorithms: unknown algorithm {unknown[0]!r} (known: {', '.join(ALGORITHM_CONFIGS)})")
+    for a in algorithms:
+        try:
+            settings_class("algorithms", a)
+        except ConfigError as err:
+            raise ConfigError(f"--algorithms: {err}") from None
     if len(set(algorithms)) != len(algorithms) or not algorithms:
         raise ConfigError("--algorithms: give each algorithm once")
     base = dict(raw.to_dict() if isinstance(raw, Config) else raw)
@@ -49,16 +52,17 @@ def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) ->
         raise ConfigError("algorithm: must be a mapping")
     given = {k: v for k, v in section.items() if k != "name" and v is not None}
     # beside the stream algorithms, "local" is Local on the same streams
-    streams = section.get("name") in STREAM_ALGORITHMS or any(a in STREAM_ALGORITHMS for a in algorithms)
-    mixed = [a for a in algorithms if streams and a not in (*STREAM_ALGORITHMS, "local")]
+    name = section.get("name")
+    streams = (isinstance(name, str) and is_stream_algorithm(name)) or any(is_stream_algorithm(a) for a in algorithms)
+    mixed = [a for a in algorithms if streams and a != "local" and not is_stream_algorithm(a)]
     if mixed:
         raise ConfigError(f"--algorithms: {mixed[0]} runs synchronous rounds; compare it with other synchronous "
-                          f"algorithms, not with the streams ({', '.join(STREAM_ALGORITHMS)})")
+                          "algorithms, not with the streams")
     used: set[str] = set()
     out = {}
     for name in algorithms:
         real = "local_stream" if name == "local" and streams else name
-        fields = ALGORITHM_CONFIGS[real].model_fields
+        fields = settings_class("algorithms", real).model_fields
         section = {"name": real, **{k: v for k, v in given.items() if k in fields}}
         used |= section.keys()
         out[name] = parse_config({**base, "algorithm": section})
@@ -78,7 +82,7 @@ def _stream_row(name: str, run: RunData) -> list[dict[str, Any]]:
 
 def _row(name: str, run: RunData) -> list[dict[str, Any]]:
     """comparison.parquet's rows of one run: one per distribution (its best center), or one."""
-    if run.summary.get("algorithm") in STREAM_ALGORITHMS:
+    if run.is_stream:
         return _stream_row(name, run)
     s = run.summary
     metric = s["metric"]

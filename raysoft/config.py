@@ -3,8 +3,9 @@
 A config is YAML with the top-level sections ``seed``, ``algorithm``, ``data``, ``model``,
 ``train``, ``ray`` and ``output``. Every section is a frozen pydantic model that forbids
 unknown keys and checks types strictly, so a typo fails before Ray starts. The
-``algorithm`` section is dispatched on its ``name`` to the algorithm's own model
-(:data:`ALGORITHM_CONFIGS`), so each algorithm declares exactly the hyper-parameters it has.
+``algorithm``, ``data``, ``model`` and ``callbacks`` sections are dispatched on their ``name`` to
+the settings class the named plug-in declares next to its code (:mod:`raysoft.plugins`; the
+built-ins are plug-ins too), so each algorithm declares exactly the hyper-parameters it has.
 
 Bad input raises :class:`ConfigError` whose message is one line naming the key and the problem.
 """
@@ -17,9 +18,10 @@ from typing import Any, ClassVar, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .errors import ConfigError
+from .plugins import register_bases, settings_class
 
-class ConfigError(ValueError):
-    """A bad config or command-line argument; the message is one line naming the key."""
+
 
 
 class Section(BaseModel):
@@ -39,206 +41,46 @@ class AlgorithmConfig(Section):
     )
     eval_every: int = Field(5, ge=1, description="evaluate every this many rounds")
 
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers",)  # keys whose null means "the default"
 
-class FedSoftConfig(AlgorithmConfig):
-    """FedSoft (Ruan & Joe-Wong, AAAI'22), Algorithm 1; defaults from the paper/reference code."""
+    @classmethod
+    def fill_defaults(cls, given: dict[str, Any], clients: Any, distributions: Any) -> dict[str, Any]:
+        """``given`` (the keys a config gives, before validation) with the defaults that depend on
+        the data section filled in: ``num_centers`` = ``data.distributions`` where the settings
+        have that key. A plug-in overrides this for keys of its own."""
+        filled = dict(given)
+        if "num_centers" in cls.model_fields and "num_centers" not in given:
+            filled["num_centers"] = distributions
+        return filled
 
-    name: Literal["fedsoft"] = "fedsoft"
-    estimation_interval: int = Field(2, ge=1, description="tau: rounds between importance estimations")
-    sigma: float = Field(1e-4, ge=0.0, le=1.0, description="counter smoother: floor of u_ks")
-    prox_weight: float = Field(1.0, ge=0.0, description="lambda of the proximal objective (4)")
-    num_centers: int = Field(2, ge=1, description="S of the algorithm; default data.distributions")
-    start: Literal["local", "mixture"] = Field(
-        "local", description="where a selected client's local solve of (4) starts: local, its own persisting "
-        "model w_k (the reference code); mixture, sum_s u_ks c_s of the centers it downloaded (Algorithm 1's "
-        "'download {c_s}' read as a restart)"
-    )
-    selection: Literal["sample", "full"] = Field(
-        "sample",
-        description="sample: K clients per cluster drawn with prob. v_sk, c_s = 1/K average; "
-        "full: every client trains, c_s = sum_k v_sk w_k",
-    )
+    def check_with(self, cfg: "Config") -> None:
+        """Checks of these settings against the other sections, after all are validated: raise
+        ValueError with a one-line message. Nothing by default."""
 
 
-class IFCAConfig(AlgorithmConfig):
-    """IFCA (Ghosh et al., NeurIPS'20): each selected client joins its lowest-loss center."""
-
-    name: Literal["ifca"] = "ifca"
-    num_centers: int = Field(2, ge=1, description="k; default data.distributions")
-    option: Literal["model", "gradient", "fpfc_code"] = Field(
-        "model", description="model: option II, local training + per-cluster model averaging; "
-        "gradient: option I, one full-batch gradient, theta_j -= lr/m sum of members' gradients; "
-        "fpfc_code: the FPFC reference code's IFCA baseline, option I whose models are averaged over all "
-        "m selected clients: theta_j <- (n_j/m) theta_j - lr/m sum of members' gradients (a center "
-        "shrinks each round; an empty one becomes 0)",
-    )
-    init_threshold: float = Field(
-        0.0, ge=0.0, le=1.0,
-        description="re-draw the initial centers until every center is the lowest-loss one for at "
-        "least this fraction of the clients (the reference CIFAR code's find_good_initializer: 0.35 "
-        "for k = 2, 0.1 for k = 4); 0 keeps the first draw",
-    )
-    init_attempts: int = Field(50, ge=1, description="draws tried before keeping the best one")
+def _default_algorithm() -> AlgorithmConfig:
+    return settings_class("algorithms", "fedsoft").model_validate({"name": "fedsoft"})
 
 
-class FedAvgConfig(AlgorithmConfig):
-    """FedAvg: one global model, n_k-weighted average of the selected clients' models."""
-
-    name: Literal["fedavg"] = "fedavg"
-
-
-class LocalConfig(AlgorithmConfig):
-    """Local: every selected client trains its own model; no communication."""
-
-    name: Literal["local"] = "local"
-
-
-class FedEMConfig(AlgorithmConfig):
-    """FedEM (Marfoq et al., NeurIPS'21): M shared learners, per-client mixture weights pi."""
-
-    name: Literal["fedem"] = "fedem"
-    num_centers: int = Field(2, ge=1, description="M learners; default data.distributions")
-    lr_milestones: list[int] = Field(
-        default_factory=list,
-        description="multiply the lr by lr_decay after this many of the client's own rounds "
-        "(the reference code steps its scheduler once per round the client is sampled)",
-    )
-    lr_decay: float = Field(0.1, gt=0.0, le=1.0)
+def _dispatch(kind: str, v: Any, default: str | None) -> Any:
+    """Validate a section's mapping with the settings class of the plug-in its ``name`` names."""
+    if isinstance(v, Section):
+        return v
+    if not isinstance(v, Mapping):
+        raise ValueError("must be a mapping with a 'name'")
+    name = v.get("name", default)
+    if name is None:
+        raise ValueError("required key 'name' is missing")
+    if not isinstance(name, str):
+        raise ValueError(f"{_AT_NAME}must be a string (got {name!r})")
+    try:
+        settings = settings_class(kind, name)
+    except ConfigError as err:
+        raise ValueError(f"{_AT_NAME}{err}") from None
+    return settings.model_validate(dict(v))
 
 
-class FPFCConfig(AlgorithmConfig):
-    """FPFC (Yu et al., AAAI'23): fusion-penalized federated clustering; defaults are the
-    reference code's synthetic settings (docs/algorithms.md#fpfc-defaults)."""
-
-    name: Literal["fpfc", "fpfc_l1"] = "fpfc"
-    rounds: int = Field(2000, ge=1)
-    clients_per_round: int = Field(30, ge=1, description="|A_k| (reference: ratio 0.3 of m = 100)")
-    eval_every: int = Field(100, ge=1)
-    a: float = Field(3.7, gt=1.0, description="SCAD shape a")
-    lam: float = Field(0.6, gt=0.0, description="lambda of the fusion penalty")
-    xi: float = Field(1e-3, gt=0.0, description="xi of the smooth surrogate (< lambda)")
-    rho: float = Field(1.0, gt=0.0, description="ADMM penalty rho")
-    nu: float = Field(0.1, ge=0.0, description="devices i, j share a cluster if ||theta_ij|| <= nu")
-    grouping: Literal["components", "neighbourhoods"] = Field(
-        "components", description="the final clustering: components, the connected components of ||theta_ij|| <= nu "
-        "(a partition); neighbourhoods, the reference code's step: each device's set of devices with "
-        "||theta_ij|| < nu, the distinct sets in turn averaging their members' models (the per-round "
-        "num_clusters counts the components under either grouping; the last round's follows this key)"
-    )
-    pairs: Literal["paper", "code"] = Field(
-        "paper", description="paper: pairs i < j inside A_k, once each; code: every pair (i in A_k, "
-        "j in [m]), pairs inside A_k twice, as the reference code"
-    )
-    report_thresholds: list[float] = Field(
-        default_factory=list, description="after the last round, also count the clusters the final theta gives at "
-        "each of these thresholds (diagnostics.parquet: clusters_nu=<value>); the run itself uses nu"
-    )
-
-    @model_validator(mode="after")
-    def _xi_below_lambda(self) -> "FPFCConfig":
-        if self.xi >= self.lam:
-            raise ValueError(f"xi ({self.xi}) must be < lam ({self.lam})")
-        if self.name == "fpfc" and self.rho * (self.a - 1) <= 1:
-            raise ValueError(f"rho * (a - 1) must exceed 1 for the SCAD prox (got {self.rho * (self.a - 1):g})")
-        return self
-
-
-class CCFLConfig(AlgorithmConfig):
-    """CCFL, its FedSoft-Async baseline and Local (``local_stream``: no server, each client
-    keeps training its own model on its drifting data): an asynchronous stream of uploads.
-    ``rounds`` is the number of uploads (global epochs T; default clients x cycles), ``eval_every``
-    the uploads between cluster evaluations. Defaults: the CCFL paper's FashionMNIST (4 clusters)
-    row of Table 2 and section 5.1; :func:`raysoft.algorithms.ccfl.table2_settings` gives the
-    other rows. The choices where the paper is ambiguous are documented in docs/algorithms.md."""
-
-    name: Literal["ccfl", "fedsoft_async", "local_stream"] = "ccfl"
-    rounds: int = Field(2000, ge=1, description="uploads T; default data.clients x cycles")
-    cycles: int = Field(25, ge=1, description="average upload-download cycles per client (FMNIST: 25)")
-    clients_per_round: int = Field(1, ge=1, description="unused: clients upload when their clock says")
-    eval_every: int = Field(100, ge=1, description="uploads between cluster evaluations")
-    mode: Literal["virtual", "realtime"] = Field(
-        "virtual", description="virtual: uploads applied in virtual-time order (reproducible); "
-        "realtime: in arrival order"
-    )
-    c1: float = Field(0.5, ge=0.0, le=1.0)
-    c2: float = Field(0.25, ge=0.0, le=1.0)
-    amplifier: list[float] = Field(default_factory=lambda: [7.0], description="A, applied once per value")
-    l_bar: float | Literal["min"] = 8.0
-    d1_bar: float | Literal["min"] = 0.0
-    d2_bar: float | Literal["min"] = 0.0
-    score_floor: float | None = Field(0.0, description="clamp after the bars (docs/algorithms.md); null: none")
-    loss_reduction: Literal["batch_sum", "mean", "paper_scale"] = Field(
-        "batch_sum", description="scale of F(w; D_k): sum of batch-mean losses (batches of loss_batch_size), the "
-        "mean, or paper_scale: the mean x ceil(2000 / loss_batch_size), the batch sum of the paper's 2000-image "
-        "D_k (for smaller D_k with its bars)"
-    )
-    loss_batch_size: int = Field(128, ge=1, description="batch size of loss_reduction batch_sum (the paper's)")
-    estimate_on: Literal["actors", "coordinator"] = Field(
-        "actors", description="CCFL: where F(w_m; D_k), the uploaded model on every cluster's validation set, is "
-        "computed: on the uploading client's actor, in parallel with the other clients (the server then only "
-        "recomputes the cluster models it changed), or on the coordinator, upload after upload"
-    )
-    alpha0: float = Field(0.025, gt=0.0, le=1.0)
-    alpha1_bar: float | Literal["ave"] = "ave"
-    a: float = Field(10.0, ge=0.0)
-    b: float = Field(5.0, ge=0.0)
-    tau0: int = Field(80, ge=0, description="staleness bound: t - tau > tau0 is stale; default data.clients")
-    adjust_start: float | None = Field(0.5, ge=0.0, le=1.0, description="null: no global adjustment")
-    adjust_percentile: float = Field(70.0, ge=0.0, le=100.0)
-    rho: float = Field(0.1, ge=0.0, description="weight of the client's proximal term (rho/2)||w - wbar||^2")
-    local_epochs: int | None = Field(
-        None, ge=1, description="H, the local epochs of a client's cycle on objective (2); null: train.local_epochs"
-    )
-    client_starts_from_reply: bool = Field(
-        True, description="a client trains from the reply it received (also its prox anchor); false: from its "
-        "own last local model"
-    )
-    sigma: float = Field(1e-4, ge=0.0, le=1.0, description="fedsoft_async: floor of the clients' mixture estimates")
-    public_samples: int = Field(2000, ge=1, description="server's public images per cluster (pre-training, D_k)")
-    pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training each cluster model [GUESS]")
-    shared_init: bool = Field(
-        True, description="every cluster model starts from the same random initialisation before pre-training "
-        "(so that the initial reply, their average, is a working model) [GUESS]; false: one per cluster"
-    )
-    upload_rate: list[float] = Field(
-        default_factory=lambda: [0.5, 2.0],
-        description="each client's upload clock: exponential gaps with a rate drawn from U[min, max]",
-    )
-    drift: bool = Field(True, description="fresh data after every cycle; false: the first dataset stays")
-    rest_split: Literal["dirichlet", "uniform", "some"] = Field(
-        "dirichlet", description="how a client's non-main share is split over the other clusters: Dirichlet(1) over "
-        "all of them, equally, or Dirichlet(1) over a random non-empty subset of them (the others get 0)"
-    )
-    validation: Literal["shared", "disjoint"] = Field(
-        "shared", description="the server's validation sets D_k: its pre-training images (shared), or as many "
-        "other images of the cluster (disjoint), so that F(w_k; D_k) is not a training loss"
-    )
-    upload_policy: Literal["clock", "shift"] = Field(
-        "clock", description="clock: upload at every tick of the client's clock; shift: at a tick, upload only "
-        "if the data's mixture moved by >= shift_threshold (total variation) since the last upload, else "
-        "keep training on the new data"
-    )
-    shift_threshold: float = Field(0.25, gt=0.0, le=1.0, description="upload_policy shift: total-variation threshold")
-    max_silent_ticks: int = Field(4, ge=0, description="upload_policy shift: upload anyway after this many silent ticks")
-
-    @model_validator(mode="after")
-    def _ccfl_checks(self) -> "CCFLConfig":
-        if self.c1 + self.c2 > 1:
-            raise ValueError(f"c1 + c2 must be <= 1 (got {self.c1 + self.c2:g})")
-        if not self.amplifier or min(self.amplifier) <= 0:
-            raise ValueError("amplifier must list positive values")
-        if len(self.upload_rate) != 2 or not 0 < self.upload_rate[0] <= self.upload_rate[1]:
-            raise ValueError("upload_rate must be [min, max] with 0 < min <= max")
-        return self
-
-
-ALGORITHM_CONFIGS: dict[str, type[AlgorithmConfig]] = {
-    "ccfl": CCFLConfig, "fedsoft_async": CCFLConfig, "local_stream": CCFLConfig,
-    "fpfc": FPFCConfig, "fpfc_l1": FPFCConfig,
-    "fedsoft": FedSoftConfig, "ifca": IFCAConfig, "fedem": FedEMConfig, "fedavg": FedAvgConfig,
-    "local": LocalConfig,
-}
-STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # event streams, not synchronous rounds
+_AT_NAME = "[name] "  # a dispatch error about the section's name key (_format_error puts it in the location)
 
 
 # --------------------------------------------------------------------------- other sections
@@ -246,9 +88,11 @@ PARTITIONS = ("10:90", "30:70", "linear", "random", "clusters")
 
 
 class DataConfig(Section):
-    """Which clients exist and what data each holds (built inside the client actors)."""
+    """Which clients exist and what data each holds (built inside the client actors). ``name``:
+    a built-in dataset (synthetic, fpfc_synthetic, fmnist, emnist_letters, cifar10, cifar100), a
+    registered one or an import path (docs/plugins.md)."""
 
-    name: Literal["synthetic", "fpfc_synthetic", "fmnist", "emnist_letters", "cifar10", "cifar100"] = "synthetic"
+    name: str = "synthetic"
     clients: int = Field(100, ge=1, description="N")
     distributions: int = Field(2, ge=1, description="S, the number of cluster distributions")
     partition: Literal["10:90", "30:70", "linear", "random", "clusters"] = Field(
@@ -332,7 +176,8 @@ class ModelConfig(Section):
     FedSoft's letters CNN); cifar_cnn: FedSoft's CIFAR-10 CNN; resnet18: torchvision's ResNet-18
     for 32x32 inputs (GroupNorm instead of BatchNorm)."""
 
-    name: Literal["linear", "logistic", "cnn", "cifar_cnn", "resnet18"] = "linear"
+    name: str = Field("linear", description="linear, logistic, cnn, cifar_cnn, resnet18, a registered model or an "
+                      "import path (docs/plugins.md)")
     init: Literal["xavier_normal", "torch_default", "normal"] = "xavier_normal"
     channels: list[int] = Field(default_factory=lambda: [32, 64], description="cnn: conv channels")
     hidden: int = Field(512, ge=1, description="cnn: width of the hidden FC layer")
@@ -477,19 +322,31 @@ class Fault(Section):
     factor: float = Field(1.0, ge=1.0)
 
 
+class CallbackConfig(Section):
+    """One entry of the ``callbacks`` list: a callback's ``name`` (built-in, registered or an
+    import path) and the keys of its own settings."""
+
+    name: str
+
+
 class Config(Section):
     """A whole experiment."""
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("seed", "algorithm", "data", "model", "train", "ray", "output", "faults")
+    SECTIONS: ClassVar[tuple[str, ...]] = ("seed", "algorithm", "data", "model", "train", "ray", "output", "faults",
+                                           "callbacks")
 
     seed: int = 0
-    algorithm: AlgorithmConfig = Field(default_factory=FedSoftConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     faults: list[Fault] = Field(default_factory=list, description="fault injection, for testing recovery")
+    callbacks: list[CallbackConfig] = Field(
+        default_factory=list, description="called with each round's (or upload's) metric rows and at the end of "
+        "the run: loggers and user hooks (docs/plugins.md); the Parquet files stay the record"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -507,10 +364,13 @@ class Config(Section):
         elif isinstance(algo, Mapping):
             given = dict(algo)
             name = given.get("name", "fedsoft")
-            kind = ALGORITHM_CONFIGS.get(name) if isinstance(name, str) else None
+            try:
+                kind = settings_class("algorithms", name) if isinstance(name, str) else None
+            except ConfigError:  # reported, with its key, when the section is validated
+                kind = None
         else:
             return raw
-        for key in ("num_centers", "rounds", "tau0") if kind is CCFLConfig else ("num_centers",):
+        for key in kind.NULL_IS_DEFAULT if kind is not None else ():
             if key in given and given[key] is None:  # null: the default
                 del given[key]
         if isinstance(data, DataConfig):
@@ -523,29 +383,31 @@ class Config(Section):
             return raw
         if kind is None:
             return raw
-        filled = dict(given)
-        if "num_centers" in kind.model_fields and "num_centers" not in given:
-            filled["num_centers"] = dists
-        if kind is CCFLConfig and isinstance(clients, int) and not isinstance(clients, bool):
-            cycles = given.get("cycles", CCFLConfig.model_fields["cycles"].default)
-            if "rounds" not in given and isinstance(cycles, int) and not isinstance(cycles, bool):
-                filled["rounds"] = clients * cycles
-            if "tau0" not in given:
-                filled["tau0"] = clients
+        filled = kind.fill_defaults(given, clients, dists)
         raw["algorithm"] = algo.model_copy(update=filled) if isinstance(algo, AlgorithmConfig) else filled
         return raw
 
     @field_validator("algorithm", mode="before")
     @classmethod
     def _dispatch_algorithm(cls, v: Any) -> Any:
-        if isinstance(v, AlgorithmConfig):
-            return v
-        if not isinstance(v, Mapping):
-            raise ValueError("must be a mapping with a 'name'")
-        name = v.get("name", "fedsoft")
-        if not isinstance(name, str) or name not in ALGORITHM_CONFIGS:
-            raise ValueError(f"unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHM_CONFIGS))})")
-        return ALGORITHM_CONFIGS[name].model_validate(dict(v))
+        return _dispatch("algorithms", v, "fedsoft")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _dispatch_data(cls, v: Any) -> Any:
+        return _dispatch("datasets", v, "synthetic")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _dispatch_model(cls, v: Any) -> Any:
+        return _dispatch("models", v, "linear")
+
+    @field_validator("callbacks", mode="before")
+    @classmethod
+    def _dispatch_callbacks(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            raise ValueError("must be a list of mappings, each with a 'name'")
+        return [_dispatch("callbacks", item, None) for item in v]
 
     @model_validator(mode="after")
     def _cross_section(self) -> "Config":
@@ -557,19 +419,15 @@ class Config(Section):
         for f in self.faults:
             if f.kind in ("nan_update", "slow_client") and f.client >= data.clients:
                 raise ValueError(f"faults: client {f.client} does not exist (data.clients is {data.clients})")
-        if isinstance(algo, CCFLConfig):
-            if data.name not in ("fmnist", "emnist_letters", "cifar10", "cifar100"):
-                raise ValueError(f"algorithm {algo.name}: needs an image dataset (data.name), not {data.name!r}")
-            if self.faults:
-                raise ValueError(f"algorithm {algo.name}: fault injection is for synchronous rounds only "
-                                 "(not for streams)")
-            if data.join_schedule is not None and len(data.join_schedule) != data.clients:
-                raise ValueError(f"data.join_schedule has {len(data.join_schedule)} entries for {data.clients} clients")
+        algo.check_with(self)
         return self
 
     def to_dict(self) -> dict[str, Any]:
         """The fully resolved config, defaults included, as plain YAML-able data."""
         return self.model_dump(mode="json", serialize_as_any=True)
+
+
+register_bases(algorithms=AlgorithmConfig, models=ModelConfig, datasets=DataConfig, callbacks=CallbackConfig)
 
 
 # --------------------------------------------------------------------------- loading
@@ -582,6 +440,8 @@ def _format_error(err: ValidationError) -> str:
         msg = "unknown key"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+        if msg.startswith(_AT_NAME):
+            msg, loc = msg[len(_AT_NAME):], f"{loc}.name" if loc else "name"
     elif e["type"] == "missing":
         msg = "required key is missing"
     if e["type"] not in ("extra_forbidden", "missing", "value_error") and "input" in e:
@@ -605,8 +465,10 @@ def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(regimes, Mapping):
         raise ConfigError("regimes: must be a mapping of algorithm name -> sections")
     for name, regime in regimes.items():
-        if name not in ALGORITHM_CONFIGS:
-            raise ConfigError(f"regimes.{name}: unknown algorithm (known: {', '.join(sorted(ALGORITHM_CONFIGS))})")
+        try:
+            settings_class("algorithms", name)
+        except ConfigError as err:
+            raise ConfigError(f"regimes.{name}: {err}") from None
         if not isinstance(regime, Mapping):
             raise ConfigError(f"regimes.{name}: must be a mapping of sections")
         for section, keys in regime.items():

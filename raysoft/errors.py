@@ -1,4 +1,8 @@
-"""Run-time errors of a run (torch-free, so that the driver need not import torch)."""
+"""The errors of raysoft (torch-free, so that the driver need not import torch)."""
+
+
+class ConfigError(ValueError):
+    """A bad config or command-line argument; the message is one line naming the key."""
 
 
 class ClientFailure(RuntimeError):

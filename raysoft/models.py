@@ -13,6 +13,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .datafiles import model_misfit
+from .plugins import PluginError, resolve
 
 
 @dataclass(frozen=True)
@@ -124,26 +125,52 @@ def _init(model: nn.Module, how: str, generator: torch.Generator) -> None:
                     nn.init.uniform_(m.bias, -bound, bound, generator=generator)
 
 
-def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | None = None) -> nn.Module:
-    """A freshly initialised model; the same generator state gives the same weights."""
+def _built_in(cfg: ModelConfig, info: DataInfo, generator: torch.Generator, make) -> nn.Module:
+    """A built-in model: checked against the data, made by ``make()``, initialised from
+    ``generator`` and laid out as ``memory_format`` says."""
     why = model_misfit(cfg.name, info.task, info.input_shape)
     if why is not None:
         raise ValueError(why)
-    model: nn.Module
-    if cfg.name == "linear":
-        model = LinearRegression(info.input_dim)
-    elif cfg.name == "logistic":
-        model = Logistic(info.input_dim, info.num_outputs)
-    elif cfg.name in ("cnn", "cifar_cnn", "resnet18"):
-        if cfg.name == "cnn":
-            model = ConvNet(info.input_shape, info.num_outputs, tuple(cfg.channels), cfg.hidden)
-        elif cfg.name == "cifar_cnn":
-            model = CifarCNN(info.input_shape, info.num_outputs)
-        else:
-            model = resnet18_32(info.input_shape, info.num_outputs)
-    else:  # pragma: no cover - the config schema rejects other names
-        raise ValueError(f"unknown model {cfg.name!r}")
-    _init(model, cfg.init, generator if generator is not None else torch.Generator().manual_seed(0))
+    model = make()
+    _init(model, cfg.init, generator)
     if cfg.memory_format == "channels_last" and any(isinstance(m, nn.Conv2d) for m in model.modules()):
         model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+# the built-in models' factories, registered in raysoft's pyproject.toml (group raysoft.models)
+def linear(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """Linear regression (the synthetic data of FedSoft)."""
+    return _built_in(cfg, info, generator, lambda: LinearRegression(info.input_dim))
+
+
+def logistic(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """Multinomial logistic regression."""
+    return _built_in(cfg, info, generator, lambda: Logistic(info.input_dim, info.num_outputs))
+
+
+def cnn(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """Two convolutions and two fully connected layers (FedSoft's letters CNN)."""
+    return _built_in(cfg, info, generator,
+                     lambda: ConvNet(info.input_shape, info.num_outputs, tuple(cfg.channels), cfg.hidden))
+
+
+def cifar_cnn(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """FedSoft's CIFAR-10 CNN."""
+    return _built_in(cfg, info, generator, lambda: CifarCNN(info.input_shape, info.num_outputs))
+
+
+def resnet18(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """torchvision's ResNet-18 for 32x32 inputs, GroupNorm instead of BatchNorm."""
+    return _built_in(cfg, info, generator, lambda: resnet18_32(info.input_shape, info.num_outputs))
+
+
+def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | None = None) -> nn.Module:
+    """A freshly initialised model of the factory ``cfg.name`` names (:mod:`raysoft.plugins`:
+    built-in, registered or an import path), called as ``factory(cfg, info, generator)``; the
+    same generator state gives the same weights."""
+    factory = resolve("models", cfg.name)
+    model = factory(cfg, info, generator if generator is not None else torch.Generator().manual_seed(0))
+    if not isinstance(model, nn.Module):
+        raise PluginError(f"model {cfg.name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
     return model

@@ -136,13 +136,16 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
     return {f"final.{r.metric}.c{int(r.entity)}.d{int(r.eval_dist)}": float(r.value) for r in last.itertuples()}
 
 
-def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: str) -> None:
+def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: str, ship: list[str]) -> None:
     """A Tune trainable: run trial ``params['index']`` (or reuse its finished run) and report
-    that it finished (its figures are read from its run directory)."""
+    that it finished (its figures are read from its run directory). ``ship``: the plug-in
+    modules' paths on the driver, importable here when this node sees them."""
     from ray import tune
 
     from .api import run
+    from .plugins import ensure_importable
 
+    ensure_importable(ship)
     index = int(params["index"])
     name = f"trial-{index:03d}"
     final = Path(runs) / name
@@ -236,14 +239,18 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
         why = fits(reservation, local) if local is not None else None
         if why:
             raise ConfigError(why)
-    started = connect(rc)
+    from .plugins import runtime_env
+
+    env = runtime_env(cfgs[0])  # the trials import the plug-ins the configs name
+    started = connect(rc, env)
     try:
         cluster = joined_cluster()
         why = fits(reservation, cluster)
         if why and not cluster.can_grow:
             raise ConfigError(why)
         trainable = tune.with_resources(
-            tune.with_parameters(_run_trial, cfg_dicts=[c.to_dict() for c in cfgs], runs=str(runs)),
+            tune.with_parameters(_run_trial, cfg_dicts=[c.to_dict() for c in cfgs], runs=str(runs),
+                                 ship=env["py_modules"] if env else []),
             resources=tune.PlacementGroupFactory(reservation),
         )
         storage = str(sweep_dir / "tune")

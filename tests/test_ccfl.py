@@ -35,7 +35,8 @@ from raysoft.algorithms.ccfl import (
     update_clusters,
     update_ratios,
 )
-from raysoft.config import CCFLConfig, TrainConfig
+from raysoft.algorithms.ccfl import CCFLConfig
+from raysoft.config import TrainConfig
 from raysoft.models import Logistic
 from raysoft.optim import SGD
 from raysoft.params import set_flat

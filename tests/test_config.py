@@ -25,7 +25,7 @@ def test_defaults_resolve_and_round_trip():
 
 BAD = [
     ({"algorithm": {"name": "fedsoft", "foo": 1}}, "algorithm.foo: unknown key"),
-    ({"algorithm": {"name": "nope"}}, "algorithm: unknown algorithm 'nope'"),
+    ({"algorithm": {"name": "nope"}}, "algorithm.name: unknown algorithm 'nope'"),
     ({"algorithm": {"rounds": "ten"}}, "algorithm.rounds: Input should be a valid integer"),
     ({"algorithm": {"rounds": 0}}, "algorithm.rounds: Input should be greater than or equal to 1"),
     ({"algorithm": {"sigma": -0.1}}, "algorithm.sigma"),
@@ -53,7 +53,7 @@ BAD = [
     ({"ray": {"placement_timeout_s": 0}}, "ray.placement_timeout_s: Input should be greater than 0"),
     ({"bogus": {}}, "bogus: unknown key"),
     ({"seed": "x"}, "seed: Input should be a valid integer"),
-    ({"data": [1, 2]}, "data: Input should be a valid dictionary"),
+    ({"data": [1, 2]}, "data: must be a mapping"),
 ]
 
 

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from raysoft.api import check_data
-from raysoft.config import ALGORITHM_CONFIGS, Config, ConfigError, DataConfig, ModelConfig, OutputConfig, RayConfig, TrainConfig, parse_config
+from raysoft.plugins import registered, settings_class
+from raysoft.config import Config, ConfigError, DataConfig, ModelConfig, OutputConfig, RayConfig, TrainConfig, parse_config
 
 SECTIONS = {
     "data": DataConfig, "model": ModelConfig, "train": TrainConfig, "ray": RayConfig, "output": OutputConfig,
@@ -25,6 +26,7 @@ def section(model) -> st.SearchStrategy:
     return st.dictionaries(st.sampled_from(keys), values, max_size=4)
 
 
+ALGORITHM_CONFIGS = {name: settings_class("algorithms", name) for name in registered("algorithms")}
 algorithm = st.builds(
     lambda name, rest: {"name": name, **rest},
     st.sampled_from([*ALGORITHM_CONFIGS, "nope"]),

@@ -20,7 +20,7 @@ from raysoft.algorithms.fpfc import (
     update_pairs,
     zeta,
 )
-from raysoft.config import FPFCConfig
+from raysoft.algorithms.fpfc import FPFCConfig
 
 
 def test_scad_values():

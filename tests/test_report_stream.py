@@ -11,7 +11,6 @@ import pytest
 
 import raysoft
 from raysoft import report as rp
-from raysoft.config import ALGORITHM_CONFIGS
 
 from conftest import check_png, small_config, stream_config
 from test_images import write_fmnist
@@ -31,8 +30,7 @@ def runs(tmp_path_factory):
         "no_drift": raysoft.run(stream_config(fm, drift=False), out=out).run_dir,
         "fedsoft": raysoft.run(small_config(), out=out).run_dir,
     }
-    if "local_stream" in ALGORITHM_CONFIGS:
-        dirs["local_stream"] = raysoft.run(stream_config(fm, "local_stream"), out=out).run_dir
+    dirs["local_stream"] = raysoft.run(stream_config(fm, "local_stream"), out=out).run_dir
     return dirs
 
 

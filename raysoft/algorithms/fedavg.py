@@ -12,7 +12,7 @@ FedSoft and FedEM's reference code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -20,11 +20,26 @@ from ..optim import SGD, Adam
 from ..params import get_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
-from ..config import FedAvgConfig, LocalConfig
+from ..config import AlgorithmConfig
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext, WeightedMean
 from .common import (
     batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection,
 )
+
+
+class FedAvgConfig(AlgorithmConfig):
+    """FedAvg: one global model, n_k-weighted average of the selected clients' models."""
+
+    name: Literal["fedavg"] = "fedavg"
+
+
+
+
+class LocalConfig(AlgorithmConfig):
+    """Local: every selected client trains its own model; no communication."""
+
+    name: Literal["local"] = "local"
+
 
 
 @dataclass
@@ -45,6 +60,7 @@ def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
 
 
 class FedAvg(Configured[FedAvgConfig]):
+    Settings = FedAvgConfig
     name = "fedavg"
     client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate}
     batched_ops = {"train": _fedavg_train_batched}
@@ -94,6 +110,7 @@ def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any]
 
 
 class Local(Configured[LocalConfig]):
+    Settings = LocalConfig
     name = "local"
     client_ops = {"train": _local_train, "evaluate": _local_evaluate}
     batched_ops = {"train": _local_train_batched}

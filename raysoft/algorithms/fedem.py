@@ -22,19 +22,35 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import FedEMConfig
+from pydantic import Field
+
+from ..config import AlgorithmConfig
 from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
 from ..training import evaluate, model_losses, outputs
 from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
 from ..rng import numpy_rng
+
+
+class FedEMConfig(AlgorithmConfig):
+    """FedEM (Marfoq et al., NeurIPS'21): M shared learners, per-client mixture weights pi."""
+
+    name: Literal["fedem"] = "fedem"
+    num_centers: int = Field(2, ge=1, description="M learners; default data.distributions")
+    lr_milestones: list[int] = Field(
+        default_factory=list,
+        description="multiply the lr by lr_decay after this many of the client's own rounds "
+        "(the reference code steps its scheduler once per round the client is sampled)",
+    )
+    lr_decay: float = Field(0.1, gt=0.0, le=1.0)
+
 
 
 def e_step(log_pi: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:
@@ -126,6 +142,7 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any]
 
 
 class FedEM(Configured[FedEMConfig]):
+    Settings = FedEMConfig
     name = "fedem"
 
     def __init__(self, settings: FedEMConfig) -> None:

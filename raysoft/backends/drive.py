@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-ProgressFn = Callable[[dict[str, Any]], None]
+ProgressFn = Callable[[dict[str, Any]], Any]
 
 
-def drive(advance: Callable[[], dict[str, Any]], on_progress: ProgressFn) -> None:
-    """Call ``advance`` (a coordinator's, local or remote) until the run is done."""
+def drive(advance: Callable[..., dict[str, Any]], on_progress: ProgressFn) -> None:
+    """Call ``advance`` (a coordinator's, local or remote) until the run is done. When
+    ``on_progress`` returns True (a callback asks to stop), ``advance(stop=True)`` ends the run
+    where it is."""
     while True:
         info = advance()
-        on_progress(info)
+        stop = on_progress(info)
         if info["done"]:
+            return
+        if stop is True:
+            advance(stop=True)
             return

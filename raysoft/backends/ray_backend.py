@@ -25,6 +25,7 @@ from typing import Any, Callable
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
+from ..plugins import runtime_env as plugin_env
 from ..datafiles import DataFileError, MissingDataError
 from ..errors import UpdateError
 from ..interrupts import keep_sigterm_handler
@@ -429,8 +430,8 @@ class CoordinatorActor:
         self.executor = RayExecutor(cfg, blocks, pg, first_bundle)
         self.coord = make_coordinator(cfg, self.executor, run_id, run_dir=run_dir, resume=resume)
 
-    def advance(self) -> dict[str, Any]:
-        return self.coord.advance()
+    def advance(self, stop: bool = False) -> dict[str, Any]:
+        return self.coord.advance(stop)
 
     @ray.method(concurrency_group="control")
     def shutdown(self) -> None:
@@ -443,17 +444,18 @@ class CoordinatorActor:
         return self.coord.results()
 
 
-def connect(rc: RayConfig) -> bool:
+def connect(rc: RayConfig, runtime_env: dict[str, Any] | None = None) -> bool:
     """Join the cluster of ``ray.address`` (or RAY_ADDRESS), else start a local Ray of its own
     (the one :func:`local_cluster` describes); True if this call started (and so must stop) it.
-    A run's SIGTERM handler survives ``ray.init`` (which installs its own)."""
+    ``runtime_env``: this driver's job's (a sweep's plug-ins, for its trials). A run's SIGTERM
+    handler survives ``ray.init`` (which installs its own)."""
     if ray.is_initialized():
         return False
     address = rc.address or os.environ.get("RAY_ADDRESS")
     auth.prepare(None if address in (None, "local") else address)
     with keep_sigterm_handler():
         if address:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=runtime_env)
         else:  # a new local Ray, even if another one runs on this machine (Ray would join it)
             ray.init(
                 address="local",
@@ -461,6 +463,7 @@ def connect(rc: RayConfig) -> bool:
                 include_dashboard=False,
                 log_to_driver=False,
                 logging_level=logging.WARNING,
+                runtime_env=runtime_env,
             )
             _start_watchdog()
     return True
@@ -528,10 +531,13 @@ def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resum
         # the coordinator lives on the driver's node: it writes checkpoints into the run
         # directory there, and losing a worker node must not take it away
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-        coord = CoordinatorActor.options(scheduling_strategy=here).remote()
+        # the plug-ins named by import path travel with the coordinator (Ray's py_modules); its
+        # client actors inherit its runtime environment
+        env = plugin_env(cfg)
+        coord = CoordinatorActor.options(scheduling_strategy=here, **({"runtime_env": env} if env else {})).remote()
         _get(coord.start.remote(cfg.to_dict(), run_id, run_dir, resume, p.blocks, pg or trial_pg,
                                 1 if trial_pg is not None else 0))
-        advance: Callable[[], dict[str, Any]] = lambda: _get(coord.advance.remote())  # noqa: E731
+        advance: Callable[..., dict[str, Any]] = lambda stop=False: _get(coord.advance.remote(stop))  # noqa: E731
         drive(advance, on_progress)
         return _get(coord.results.remote())
     finally:

@@ -14,10 +14,9 @@ import torch
 
 from ..config import DataConfig
 from ..models import DataInfo
+from ..plugins import PluginError, resolve
 from ..rng import numpy_rng
 from .partition import client_sizes, component_counts, mixtures
-from .fpfc_synthetic import FPFCSynthetic
-from .synthetic import SyntheticRegression
 
 __all__ = ["ClientData", "Federation", "component_counts"]
 
@@ -43,22 +42,21 @@ class Federation:
         self.cfg = cfg
         self.seed = seed
         rng = numpy_rng(seed, "partition", str(cfg.partition))
-        if cfg.name == "synthetic":
-            self._gen = SyntheticRegression(cfg, seed)
-            self.info = DataInfo(input_dim=int(cfg.dim), num_outputs=1, task="regression")
-        elif cfg.name == "fpfc_synthetic":
-            self._gen = FPFCSynthetic(cfg, seed)
-            self.info = DataInfo(input_dim=int(cfg.dim), num_outputs=cfg.classes, task="classification")
-        else:
-            from .image_mixture import ImageMixture
-
-            self._gen = ImageMixture(cfg, seed)
-            self.info = self._gen.info
+        self._gen = resolve("datasets", cfg.name)(cfg, seed)
+        self.info = getattr(self._gen, "info", None)
+        if not isinstance(self.info, DataInfo):
+            raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.api.DataInfo (got {self.info!r})")
         if hasattr(self._gen, "client_sizes"):
-            self.sizes = self._gen.client_sizes(cfg.clients, rng)
+            self.sizes = np.asarray(self._gen.client_sizes(cfg.clients, rng), dtype=np.int64)
         else:
             self.sizes = client_sizes(cfg.clients, cfg.samples_min, cfg.samples_max, rng)
-        self.mixtures = mixtures(str(cfg.partition), cfg.clients, cfg.distributions, rng)
+        if hasattr(self._gen, "client_mixtures"):  # a dataset that knows its clients' true mixtures
+            self.mixtures = np.asarray(self._gen.client_mixtures(cfg.clients, cfg.distributions, rng), dtype=float)
+        else:
+            self.mixtures = mixtures(str(cfg.partition), cfg.clients, cfg.distributions, rng)
+        if self.sizes.shape != (cfg.clients,) or self.mixtures.shape != (cfg.clients, cfg.distributions):
+            raise PluginError(f"dataset {cfg.name!r}: {self.sizes.shape[0]} sizes and mixtures of shape "
+                              f"{self.mixtures.shape} for {cfg.clients} clients and {cfg.distributions} distributions")
         if hasattr(self._gen, "set_layout"):
             self._gen.set_layout(self.sizes, self.mixtures)
 
@@ -74,7 +72,7 @@ class Federation:
         """Build client k's training data (deterministic in (config, seed, k))."""
         if not 0 <= k < self.num_clients:
             raise IndexError(f"client {k} out of range 0..{self.num_clients - 1}")
-        return ClientData(*self._gen.client(k, int(self.sizes[k]), self.mixtures[k]))
+        return ClientData(*self._gen.client(k, int(self.sizes[k]), self.mixtures[k]))  # x, y, components[, test]
 
     def holdout(self, dist: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Holdout test set of one distribution."""

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..config import DataConfig
+from ..models import DataInfo
 from ..rng import numpy_rng
 from .partition import component_counts
 
@@ -39,6 +40,7 @@ class FPFCSynthetic:
             self.w[p] = rng.normal(mu, 1.0, size=(c, d))
             self.b[p] = rng.normal(mu, 1.0, size=c)
         self.cov_diag = np.arange(1, d + 1, dtype=float) ** -1.2
+        self.info = DataInfo(input_dim=d, num_outputs=c, task="classification")
 
     def client_sizes(self, num_clients: int, rng: np.random.Generator) -> np.ndarray:
         """TRAIN sizes: 80% of n_i = (int(lognormal(4, 2)) + 50) * 5."""

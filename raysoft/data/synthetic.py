@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..config import DataConfig
+from ..models import DataInfo
 from ..rng import numpy_rng
 from .partition import component_counts
 
@@ -27,6 +28,7 @@ class SyntheticRegression:
         self.thetas = numpy_rng(seed, "synthetic", "theta").normal(
             0.0, cfg.theta_std, size=(cfg.distributions, cfg.dim)
         )
+        self.info = DataInfo(input_dim=int(cfg.dim), num_outputs=1, task="regression")
 
     def _draw(self, rng: np.random.Generator, dist: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         x = rng.standard_normal((count, self.cfg.dim))

@@ -11,7 +11,7 @@ import pandas as pd
 
 REQUIRED = ("summary.json", "metrics.parquet")
 _LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}  # as raysoft.evaluation
-STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # asynchronous streams (raysoft/stream.py)
+STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # streams of runs whose summary has no "kind"
 _WEIGHT_COLUMNS = ["run_id", "step", "client", "center", "estimate"]
 _CLIENT_COLUMNS = ["run_id", "step", "client", "distribution", "share", "samples"]
 
@@ -57,8 +57,9 @@ class RunData:
 
     @property
     def is_stream(self) -> bool:
-        """An asynchronous stream run: a stream algorithm, or client rows named ``accuracy_before``."""
-        if self.algorithm in STREAM_ALGORITHMS:
+        """An asynchronous stream run: its summary's ``kind`` says so (or, for runs written before
+        it had one, a built-in stream algorithm), or client rows named ``accuracy_before``."""
+        if self.summary.get("kind") == "stream" or self.algorithm in STREAM_ALGORITHMS:
             return True
         m = self.metrics
         return bool(((m.scope == "client") & (m.metric == "accuracy_before")).any())

@@ -28,13 +28,16 @@ class OneThread:
     def __init__(self, coord: CoordinatorBase) -> None:
         self.coord = coord
 
-    def advance(self) -> dict[str, Any]:
+    def advance(self, stop: bool = False) -> dict[str, Any]:
         with torch_threads(1):
-            return self.coord.advance()
+            return self.coord.advance(stop)
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
         with torch_threads(1):
-            return self.coord.results()
+            tables, summary = self.coord.results()
+        if self.coord.stopped_at is not None:  # a callback ended the run early
+            summary.update(stopped_early=True, stopped_at=self.coord.stopped_at)
+        return tables, summary
 
 
 def make_coordinator(cfg: Config, executor: Executor, run_id: str, run_dir: str | None = None,

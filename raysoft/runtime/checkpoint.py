@@ -3,8 +3,9 @@ back as data only.
 
 A checkpoint is written with ``torch.save`` and read with ``torch.load(weights_only=True)``:
 the unpickler builds tensors, containers, numbers and strings, and instances of the types
-listed in :func:`checkpoint_types` (raysoft's own state classes, the model layers they hold,
-the optimizers, numpy arrays), and calls nothing else. A file that asks for anything more (a
+listed in :func:`checkpoint_types` (raysoft's own state classes, torch's layers, the
+optimizers, numpy arrays, and the classes of the plug-ins this process has loaded: those their
+modules define and their ``state_types``), and calls nothing else. A file that asks for anything more (a
 checkpoint someone else wrote to run code on ``--resume``) is refused with a one-line
 :class:`~raysoft.config.ConfigError` naming the file and what it asked for; nothing in it runs.
 """
@@ -46,8 +47,11 @@ def checkpoint_types() -> list[Any]:
     from ..config import DataConfig
     from ..data.drift import DriftingImages
 
+    from ..plugins import state_types
+
     core = getattr(np, "_core", None) or np.core
-    return [
+    layers = [c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Module)]
+    return [*state_types(), *layers,
         # client and server states
         fedsoft.FedSoftState, fedsoft.FedSoftClient, ifca.IFCAState, fedem.FedEMState, fedem.FedEMClient,
         fedavg.GlobalModel, fedavg.LocalClient, fpfc.FPFCState, ccfl.CCFLServerState, stream.StreamClient,

@@ -35,6 +35,8 @@ class CoordinatorBase:
         self.recorder = Recorder(run_id)
         self.start = time.monotonic()
         self.started = False  # the initial evaluation is done
+        self.stopped_at: int | None = None  # the round at which a callback stopped the run
+        self.rows_sent = 0  # metric rows already handed to the driver's callbacks
         for actor, where in enumerate(executor.placement):
             for k in where["clients"]:
                 self.recorder.add("placement", client=k, actor=actor, node_id=where["node_id"])
@@ -90,9 +92,14 @@ class CoordinatorBase:
         return scores
 
     # ------------------------------------------------------------------ the loop
-    def advance(self) -> dict[str, Any]:
+    def advance(self, stop: bool = False) -> dict[str, Any]:
         """One unit of work: the initial evaluation, or one step (recovering from a dead client
-        actor by restoring the last checkpoint). ``done`` says the run is complete."""
+        actor by restoring the last checkpoint). ``done`` says the run is complete. With
+        ``stop`` (a callback asked for it) no work is done: the run ends where it is. With
+        callbacks configured, ``rows`` holds the metric rows recorded since the last call."""
+        if stop:
+            self.stopped_at = self.round
+            return {"round": self.round, "headline": None, "done": True}
         try:
             if not self.started:
                 info = {"round": self.round, "headline": self.evaluate()}
@@ -104,6 +111,10 @@ class CoordinatorBase:
             self.recover()
             info = {"round": self.round, "headline": None}
         info["done"] = self.started and self.done()
+        if self.cfg.callbacks:
+            cols = self.recorder.columns["metrics"]
+            info["rows"] = {k: v[self.rows_sent:] for k, v in cols.items()}
+            self.rows_sent = len(cols["run_id"])
         return info
 
     def maybe_checkpoint(self) -> None:

@@ -204,7 +204,7 @@ class RoundCoordinator(CoordinatorBase):
         assign = getattr(self.algorithm, "assignment", None)
         if assign is not None:
             out.update(self._record_assignments(np.asarray(assign(self.state))))
-        out.update(run_id=self.recorder.run_id, algorithm=self.cfg.algorithm.name, dataset=self.cfg.data.name,
+        out.update(run_id=self.recorder.run_id, kind="rounds", algorithm=self.cfg.algorithm.name, dataset=self.cfg.data.name,
                    rounds=self.round, wall_time_s=self.elapsed())
         return out
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.stream import StreamAlgorithm, kl_divergence, pretrain
-from ..config import CCFLConfig, Config
+from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence, pretrain
+from ..config import Config
 from ..data.drift import DriftingImages
 from ..evaluation import summarize, weight_error
 from ..models import build_model
@@ -51,7 +51,7 @@ class StreamCoordinator(CoordinatorBase):
                  run_dir: str | None = None) -> None:
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
-        self.a: CCFLConfig = algorithm.settings
+        self.a: StreamConfig = algorithm.settings
         self.drift = DriftingImages(cfg.data, cfg.seed, self.a.public_samples, self.a.rest_split, self.a.validation)
         self.info = self.drift.info
         self.scratch = build_model(cfg.model, self.info)
@@ -261,7 +261,7 @@ class StreamCoordinator(CoordinatorBase):
                    time_breakdown_s={"client_training": tot["train_s"], "client_estimation": tot["estimation_s"],
                                      "server_estimation": tot["server_estimation_s"],
                                      "server_estimation_on_actors": tot.get("server_on_actor_s", 0.0)})
-        out.update(run_id=self.recorder.run_id, algorithm=self.a.name, dataset=self.cfg.data.name,
+        out.update(run_id=self.recorder.run_id, kind="stream", algorithm=self.a.name, dataset=self.cfg.data.name,
                    rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
                    wall_time_s=self.elapsed())
         return self.recorder.tables(), out

@@ -1,0 +1,322 @@
+"""Plug-ins: how a name in a config becomes the algorithm, model, dataset or callback it names.
+
+A config's ``algorithm.name``, ``model.name``, ``data.name`` and ``callbacks[].name`` are each
+one of
+
+* a name registered by an installed package in the entry-point group of its kind
+  (:data:`GROUPS`: ``raysoft.algorithms``, ``raysoft.models``, ``raysoft.datasets``,
+  ``raysoft.callbacks``). raysoft's own built-ins are registered there too, by raysoft's
+  ``pyproject.toml``: there is no second path for them;
+* an import path ``package.module:Name`` (``Name`` may be dotted: ``module:Outer.Inner``). The
+  module is imported as Python would, with the current directory first on ``sys.path``, so a
+  ``fedprox.py`` beside the job file is ``fedprox:FedProx`` when the run starts there.
+
+:func:`resolve` imports what a name names, checks that it implements its kind's protocol (the
+error names the missing method) and caches it. Every failure is a :class:`PluginError`, one line
+naming the plug-in, raised before Ray starts. :func:`ship_paths` lists the files and folders of
+the plug-ins a config names by import path that are not installed packages: the Ray backend
+ships them to every actor with Ray's runtime environment (``py_modules``), so a plug-in runs on
+a cluster without the user copying files.
+
+The protocols themselves are documented in ``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import inspect
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ConfigError
+
+GROUPS = {
+    "algorithms": "raysoft.algorithms",
+    "models": "raysoft.models",
+    "datasets": "raysoft.datasets",
+    "callbacks": "raysoft.callbacks",
+}
+KIND_WORD = {"algorithms": "algorithm", "models": "model", "datasets": "dataset", "callbacks": "callback"}
+
+
+class PluginError(ConfigError):
+    """A plug-in cannot be used (it does not import, lacks an attribute or a protocol method, has
+    bad settings, or its name is registered twice); the message is one line naming it."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One entry of an entry-point group: its name, ``module:attr`` and the distribution that
+    registers it."""
+
+    name: str
+    value: str
+    dist: str
+
+
+# the settings base class of each kind (raysoft.config registers them when it is imported)
+BASES: dict[str, type] = {}
+
+
+def register_bases(**bases: type) -> None:
+    """Set the settings base class of each kind (``algorithms=AlgorithmConfig``, ...)."""
+    BASES.update(bases)
+
+
+_REGISTRY: dict[str, dict[str, Registered]] = {}
+_RESOLVED: dict[tuple[str, str], Any] = {}
+
+
+def clear_cache() -> None:
+    """Forget what was read and imported (tests that install a package of entry points)."""
+    _REGISTRY.clear()
+    _RESOLVED.clear()
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in GROUPS:
+        raise PluginError(f"unknown kind of plug-in {kind!r} (known: {', '.join(GROUPS)})")
+    return kind
+
+
+def registered(kind: str) -> dict[str, Registered]:
+    """Every name registered in ``kind``'s entry-point group, by name. A name that two
+    distributions register with different targets is a :class:`PluginError`."""
+    _check_kind(kind)
+    if kind in _REGISTRY:
+        return _REGISTRY[kind]
+    found: dict[str, Registered] = {}
+    for ep in md.entry_points(group=GROUPS[kind]):
+        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+        entry = Registered(ep.name, ep.value, dist)
+        seen = found.get(ep.name)
+        if seen is not None and seen.value != entry.value:
+            raise PluginError(f"{KIND_WORD[kind]} {ep.name!r} is registered twice: as {seen.value} by {seen.dist} "
+                              f"and as {entry.value} by {entry.dist} (entry-point group {GROUPS[kind]})")
+        found[ep.name] = entry
+    if kind == "algorithms" and not any(r.dist == "raysoft" for r in found.values()):
+        raise PluginError("raysoft's built-in algorithms are not registered: install the package "
+                          "(pip install -e . in the repository) rather than putting it on PYTHONPATH")
+    _REGISTRY[kind] = found
+    return found
+
+
+def is_import_path(name: str) -> bool:
+    return ":" in name
+
+
+def _import_attr(path: str, what: str) -> Any:
+    """The object ``module:attr`` names, imported with the current directory on sys.path."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise PluginError(f"{what}: {path!r} is not an import path (expected package.module:Name)")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            raise PluginError(f"{what}: cannot import module {module_name!r} (not found from {cwd} or the "
+                              "installed packages)") from None
+        raise PluginError(f"{what}: importing {module_name!r} failed: {type(err).__name__}: {_line(err)}") from None
+    except Exception as err:  # noqa: BLE001 - whatever the user's module raises, one line
+        raise PluginError(f"{what}: importing {module_name!r} failed: {type(err).__name__}: {_line(err)}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PluginError(f"{what}: module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def resolve(kind: str, name: str) -> Any:
+    """The class (or, for models, the factory) that ``name`` names in ``kind``, checked against
+    the kind's protocol; :class:`PluginError` (one line) if it cannot be used."""
+    _check_kind(kind)
+    key = (kind, name)
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+    word = KIND_WORD[kind]
+    what = f"{word} {name!r}"
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"{word} name must be a non-empty string (got {name!r})")
+    if is_import_path(name):
+        obj = _import_attr(name, what)
+    else:
+        table = registered(kind)
+        if name not in table:
+            raise PluginError(f"unknown {word} {name!r} (known: {', '.join(sorted(table))}; or an import path "
+                              "package.module:Name)")
+        obj = _import_attr(table[name].value, f"{what} (registered by {table[name].dist})")
+    CHECKS[kind](obj, what)
+    _RESOLVED[key] = obj
+    return obj
+
+
+# --------------------------------------------------------------------------- protocols
+ALGORITHM_METHODS = ("init_server", "init_client", "round", "centers", "weights", "eval_payload")
+STREAM_METHODS = ("first_anchor", "receive", "init_server", "cold_start", "server_step")
+DATASET_METHODS = ("client", "holdout")
+CALLBACK_METHODS = ("on_rows", "on_end")
+
+
+def _missing(cls: type, methods: Iterable[str]) -> list[str]:
+    return [m for m in methods if not callable(getattr(cls, m, None))]
+
+
+def _settings_of(obj: Any, kind: str, what: str) -> type:
+    base = BASES[kind]
+    settings = getattr(obj, "Settings", base)
+    if not (isinstance(settings, type) and issubclass(settings, base)):
+        raise PluginError(f"{what}: its Settings must be a subclass of raysoft.api.{base.__name__} (got {settings!r})")
+    return settings
+
+
+def stream_base(cls: type) -> type | None:
+    """The stream template (raysoft.api.StreamAlgorithm) among ``cls``'s bases, or None for a
+    synchronous algorithm: the class that declares ``stream = True``."""
+    return next((c for c in cls.__mro__ if vars(c).get("stream") is True), None)
+
+
+def _check_algorithm(obj: Any, what: str) -> None:
+    if not inspect.isclass(obj):
+        raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
+    if not any("Settings" in vars(c) for c in obj.__mro__[:-1]):
+        raise PluginError(f"{what}: has no Settings (a subclass of raysoft.api.AlgorithmConfig)")
+    _settings_of(obj, "algorithms", what)
+    template = stream_base(obj)
+    if template is not None:
+        missing = [m for m in STREAM_METHODS if getattr(obj, m) is getattr(template, m)]
+        if missing:
+            raise PluginError(f"{what}: a stream algorithm must implement {', '.join(missing)} "
+                              "(the hooks of raysoft.api.StreamAlgorithm)")
+        return
+    missing = _missing(obj, ALGORITHM_METHODS)
+    if missing:
+        raise PluginError(f"{what}: does not implement the algorithm protocol: missing method "
+                          f"{', '.join(missing)}")
+
+
+def _check_model(obj: Any, what: str) -> None:
+    if not callable(obj):
+        raise PluginError(f"{what}: must be callable as (settings, info, generator) -> torch.nn.Module")
+    _settings_of(obj, "models", what)
+
+
+def _check_dataset(obj: Any, what: str) -> None:
+    if not inspect.isclass(obj):
+        raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
+    _settings_of(obj, "datasets", what)
+    missing = _missing(obj, DATASET_METHODS)
+    if missing:
+        raise PluginError(f"{what}: does not implement the dataset protocol: missing method {', '.join(missing)}")
+
+
+def _check_callback(obj: Any, what: str) -> None:
+    if not inspect.isclass(obj):
+        raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
+    _settings_of(obj, "callbacks", what)
+    missing = _missing(obj, CALLBACK_METHODS)
+    if missing:
+        raise PluginError(f"{what}: does not implement the callback protocol: missing method {', '.join(missing)}")
+
+
+CHECKS = {"algorithms": _check_algorithm, "models": _check_model, "datasets": _check_dataset,
+          "callbacks": _check_callback}
+
+
+def is_builtin(kind: str, name: str) -> bool:
+    """``name`` is one of raysoft's own (registered by the raysoft distribution)."""
+    entry = registered(kind).get(name) if not is_import_path(name) else None
+    return entry is not None and entry.dist == "raysoft"
+
+
+def is_stream_algorithm(name: str) -> bool:
+    """The algorithm ``name`` names is an asynchronous stream (a StreamAlgorithm)."""
+    return stream_base(resolve("algorithms", name)) is not None
+
+
+def settings_class(kind: str, name: str) -> type:
+    """The settings class of the plug-in ``name`` of ``kind`` (its ``Settings``, or the kind's
+    base section)."""
+    return getattr(resolve(kind, name), "Settings", BASES[kind])
+
+
+def state_types() -> list[type]:
+    """The classes a checkpoint may hold for the plug-ins this process has resolved, beyond
+    raysoft's own: each one's ``state_types`` and every class its module defines."""
+    out: list[type] = []
+    for (_, name), obj in list(_RESOLVED.items()):
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        if module is None or module.__name__.split(".")[0] == "raysoft":
+            continue
+        out += [t for t in getattr(obj, "state_types", ()) if isinstance(t, type)]
+        out += [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
+    return out
+
+
+# --------------------------------------------------------------------------- shipping
+def _installed_roots() -> list[Path]:
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    roots.update(p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")))
+    return [Path(r).resolve() for r in roots if r]
+
+
+def plugin_names(cfg: Any) -> list[tuple[str, str]]:
+    """(kind, name) of every plug-in a config names."""
+    out = [("algorithms", cfg.algorithm.name), ("models", cfg.model.name), ("datasets", cfg.data.name)]
+    out += [("callbacks", c.name) for c in cfg.callbacks]
+    return out
+
+
+def ship_paths(cfg: Any) -> list[str]:
+    """The files or folders to ship to the actors (Ray's ``py_modules``) for the plug-ins the
+    config names by import path: each top-level module's file (``fedprox.py``) or package
+    folder, unless it is installed (site-packages) or part of raysoft."""
+    installed = _installed_roots()
+    here = Path(__file__).resolve().parent
+    paths: list[str] = []
+    for kind, name in plugin_names(cfg):
+        if not is_import_path(name):
+            continue
+        resolve(kind, name)
+        top = name.partition(":")[0].split(".")[0]
+        module = sys.modules.get(top)
+        origin = getattr(module, "__file__", None)
+        if origin is None:
+            continue
+        path = Path(origin).resolve()
+        if path.name == "__init__.py":
+            path = path.parent
+        if path == here or here in path.parents or any(root in path.parents for root in installed):
+            continue
+        if str(path) not in paths:
+            paths.append(str(path))
+    return paths
+
+
+def runtime_env(cfg: Any) -> dict[str, Any] | None:
+    """The Ray runtime environment that makes the config's plug-ins importable in an actor, or
+    None when every plug-in is installed (or built in)."""
+    paths = ship_paths(cfg)
+    return {"py_modules": paths} if paths else None
+
+
+def ensure_importable(paths: Iterable[str]) -> None:
+    """Put the folders of shipped plug-in modules on sys.path when they are on this node (a Tune
+    trial on the driver's machine, or a shared file system)."""
+    for p in paths:
+        folder = str(Path(p).parent)
+        if Path(p).exists() and folder not in sys.path:
+            sys.path.insert(0, folder)
