@@ -179,12 +179,12 @@ def _settings_of(obj: Any, kind: str, what: str) -> type:
     base = BASES[kind]
     settings = getattr(obj, "Settings", base)
     if not (isinstance(settings, type) and issubclass(settings, base)):
-        raise PluginError(f"{what}: its Settings must be a subclass of raysoft.api.{base.__name__} (got {settings!r})")
+        raise PluginError(f"{what}: its Settings must be a subclass of raysoft.sdk.{base.__name__} (got {settings!r})")
     return settings
 
 
 def stream_base(cls: type) -> type | None:
-    """The stream template (raysoft.api.StreamAlgorithm) among ``cls``'s bases, or None for a
+    """The stream template (raysoft.sdk.StreamAlgorithm) among ``cls``'s bases, or None for a
     synchronous algorithm: the class that declares ``stream = True``."""
     return next((c for c in cls.__mro__ if vars(c).get("stream") is True), None)
 
@@ -193,14 +193,14 @@ def _check_algorithm(obj: Any, what: str) -> None:
     if not inspect.isclass(obj):
         raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
     if not any("Settings" in vars(c) for c in obj.__mro__[:-1]):
-        raise PluginError(f"{what}: has no Settings (a subclass of raysoft.api.AlgorithmConfig)")
+        raise PluginError(f"{what}: has no Settings (a subclass of raysoft.sdk.AlgorithmConfig)")
     _settings_of(obj, "algorithms", what)
     template = stream_base(obj)
     if template is not None:
         missing = [m for m in STREAM_METHODS if getattr(obj, m) is getattr(template, m)]
         if missing:
             raise PluginError(f"{what}: a stream algorithm must implement {', '.join(missing)} "
-                              "(the hooks of raysoft.api.StreamAlgorithm)")
+                              "(the hooks of raysoft.sdk.StreamAlgorithm)")
         return
     missing = _missing(obj, ALGORITHM_METHODS)
     if missing:

@@ -45,7 +45,7 @@ class Federation:
         self._gen = resolve("datasets", cfg.name)(cfg, seed)
         self.info = getattr(self._gen, "info", None)
         if not isinstance(self.info, DataInfo):
-            raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.api.DataInfo (got {self.info!r})")
+            raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.sdk.DataInfo (got {self.info!r})")
         if hasattr(self._gen, "client_sizes"):
             self.sizes = np.asarray(self._gen.client_sizes(cfg.clients, rng), dtype=np.int64)
         else:

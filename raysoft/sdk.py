@@ -1,0 +1,57 @@
+"""The public surface a plug-in imports: ``from raysoft.sdk import ...``.
+
+Everything named in ``__all__`` is stable: it keeps its name and signature across minor
+versions, and a change to it is written in the changelog of docs/plugins.md. Anything else under
+``raysoft`` is internal and may change without notice. The protocols (what an algorithm, a
+stream algorithm, a model factory, a dataset and a callback must provide) are documented in
+docs/plugins.md, on real examples (``examples/``).
+
+This module imports torch (the algorithm building blocks need it); a driver that only validates
+configs never imports it.
+"""
+
+from __future__ import annotations
+
+from .algorithms.base import (
+    ClientCall,
+    ClientContext,
+    Configured,
+    Plan,
+    Reduced,
+    Reduction,
+    RoundGenerator,
+    ServerContext,
+    WeightedMean,
+)
+from .algorithms.common import evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection
+from .algorithms.stream import StreamAlgorithm, StreamClient, StreamConfig, ValSets, client_update, nbytes
+from .callbacks import Callback, RunInfo
+from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, TrainConfig
+from .data import ClientData
+from .errors import ConfigError
+from .models import DataInfo
+from .optim import SGD, Adam
+from .params import Params, get_flat, set_flat, weighted_sum
+from .plugins import PluginError
+from .rng import numpy_rng, torch_generator
+from .training import evaluate, make_optimizer, model_losses, per_sample_loss, proximal_train
+
+__all__ = [
+    # settings: subclass one of these and set it as your plug-in's ``Settings``
+    "AlgorithmConfig", "StreamConfig", "DataConfig", "ModelConfig", "CallbackConfig", "Config", "TrainConfig",
+    # synchronous algorithms: the round protocol
+    "Configured", "ClientCall", "ClientContext", "ServerContext", "RoundGenerator", "WeightedMean", "Reduction",
+    "Plan", "Reduced",
+    # asynchronous streams
+    "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes",
+    # building blocks of client and server halves
+    "uniform_selection", "scratch_optimizer", "train_from", "evaluate_vector", "own_data_metrics",
+    "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",
+    "Params", "get_flat", "set_flat", "weighted_sum", "numpy_rng", "torch_generator", "Adam", "SGD",
+    # models and datasets
+    "DataInfo", "ClientData",
+    # callbacks
+    "Callback", "RunInfo",
+    # errors
+    "ConfigError", "PluginError",
+]
