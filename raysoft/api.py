@@ -145,7 +145,9 @@ def _prepare_out(path: str) -> Path:
 
 
 def new_run_id(cfg: Config) -> str:
-    prefix = cfg.output.name or f"{cfg.algorithm.name}-{cfg.data.name}"
+    from .plugins import short_name
+
+    prefix = cfg.output.name or f"{short_name(cfg.algorithm.name)}-{short_name(cfg.data.name)}"
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 

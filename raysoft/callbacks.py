@@ -119,7 +119,7 @@ class MLflowLogger(Callback):
         try:
             import mlflow
         except ImportError:
-            raise PluginError("callback 'mlflow': needs the mlflow package (pip install 'raysoft[mlflow]')") from None
+            raise PluginError("callback 'mlflow': needs MLflow (pip install 'raysoft[mlflow]')") from None
         self.mlflow = mlflow
         if settings.tracking_uri:
             mlflow.set_tracking_uri(settings.tracking_uri)

@@ -6,6 +6,7 @@
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
     raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
+    raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
 
 ``run`` and ``compare`` call :func:`raysoft.run` and :func:`raysoft.compare.compare`; ``report``
 and ``bench`` call :func:`raysoft.report.main` and :func:`raysoft.bench.main` with the parsed
@@ -25,7 +26,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, load_config, load_raw
-from .errors import RunStopped, UpdateError
+from .errors import PluginFailure, RunStopped, UpdateError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,7 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="where the sweep directory goes (default: the base config's output.dir)")
     sw.add_argument("--address", help="Ray address to join")
     sw.add_argument("--token-file", help="the cluster's authentication token")
-    for p in (r, c, rp, b, sw):
+    ls = sub.add_parser("list", help="the algorithms, models, datasets and callbacks a config can name, with "
+                                     "every setting")
+    ls.add_argument("kind", nargs="?", choices=["algorithms", "models", "datasets", "callbacks"],
+                    help="one kind (default: all four)")
+    ls.add_argument("names", nargs="*", metavar="NAME",
+                    help="only these (built-in or registered names, or import paths module:Name)")
+    for p in (r, c, rp, b, sw, ls):
         p.set_defaults(subparser=p)
     return parser
 
@@ -126,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             from .backends import auth
 
             auth.use_token_file(args.token_file)
+        if args.command == "list":
+            from .listing import main as list_main
+
+            return list_main(args.kind, args.names)
         if args.command == "run":
             from .api import resume, run
 
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         sys.stderr.write(f"raysoft: error: {_line(err)}\n")
         return 2
-    except (UpdateError, RunStopped) as err:
+    except (UpdateError, RunStopped, PluginFailure) as err:
         sys.stderr.write(f"raysoft: run stopped: {_line(err)}\n")
         return 1
     except KeyboardInterrupt as err:  # SIGINT, or SIGTERM during a run (raysoft.interrupts)

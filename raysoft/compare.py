@@ -28,7 +28,7 @@ import pandas as pd
 
 from .api import _prepare_out, check_resources, is_uri, run
 from .config import Config, ConfigError, parse_config
-from .plugins import is_stream_algorithm, settings_class
+from .plugins import is_stream_algorithm, settings_class, short_name
 from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
 from .report.markdown import comparison_markdown
@@ -117,7 +117,10 @@ def compare(
     for c in configs.values():  # before Ray starts: every algorithm's client actors must fit
         check_resources(c)
     out_dir = _prepare_out(str(out or cfg.output.dir))
-    name = f"compare-{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    labels = {a: short_name(a) for a in configs}
+    if len(set(labels.values())) != len(labels):
+        raise ConfigError(f"--algorithms: two algorithms would share a run folder ({', '.join(labels)})")
+    name = f"compare-{short_name(cfg.data.name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     partial, final = out_dir / f".{name}.partial", out_dir / name
     partial.mkdir()
     started = False
@@ -128,7 +131,7 @@ def compare(
             started = connect(cfg.ray)  # one Ray session for every algorithm
         rows, runs = [], []
         for algo, c in configs.items():
-            runs.append(load_run(run(c, out=partial, progress=progress, dir_name=algo).run_dir))
+            runs.append(load_run(run(c, out=partial, progress=progress, dir_name=labels[algo]).run_dir))
             rows += _row(algo, runs[-1])
         pd.DataFrame(rows).to_parquet(partial / "comparison.parquet", index=False)
         (partial / "comparison.md").write_text(comparison_markdown(runs, partial))

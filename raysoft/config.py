@@ -80,7 +80,13 @@ def _dispatch(kind: str, v: Any, default: str | None) -> Any:
     return settings.model_validate(dict(v))
 
 
-_AT_NAME = "[name] "  # a dispatch error about the section's name key (_format_error puts it in the location)
+def _at(key: str, message: str) -> str:
+    """A validator's message about ``key`` inside its field: :func:`_format_error` moves the key
+    into the error's location (``section.key: message``)."""
+    return f"[at:{key}] {message}"
+
+
+_AT_NAME = _at("name", "")
 
 
 # --------------------------------------------------------------------------- other sections
@@ -407,7 +413,17 @@ class Config(Section):
     def _dispatch_callbacks(cls, v: Any) -> Any:
         if not isinstance(v, list):
             raise ValueError("must be a list of mappings, each with a 'name'")
-        return [_dispatch("callbacks", item, None) for item in v]
+        out = []
+        for i, item in enumerate(v):
+            try:
+                out.append(_dispatch("callbacks", item, None))
+            except ValidationError as err:  # keep the item's index in the location
+                msg = _format_error(err)
+                key, sep, rest = msg.partition(": ")
+                raise ValueError(_at(f"{i}.{key}", rest) if sep else _at(str(i), msg)) from None
+            except ValueError as err:
+                raise ValueError(_at(str(i), str(err))) from None
+        return out
 
     @model_validator(mode="after")
     def _cross_section(self) -> "Config":
@@ -440,8 +456,12 @@ def _format_error(err: ValidationError) -> str:
         msg = "unknown key"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-        if msg.startswith(_AT_NAME):
-            msg, loc = msg[len(_AT_NAME):], f"{loc}.name" if loc else "name"
+        if msg.startswith("[at:") and "] " in msg:
+            key, msg = msg[len("[at:"):].split("] ", 1)
+            if msg.startswith("[at:") and "] " in msg:  # an item's own key
+                inner, msg = msg[len("[at:"):].split("] ", 1)
+                key = f"{key}.{inner}"
+            loc = f"{loc}.{key}" if loc else key
     elif e["type"] == "missing":
         msg = "required key is missing"
     if e["type"] not in ("extra_forbidden", "missing", "value_error") and "input" in e:

@@ -13,6 +13,31 @@ class UpdateError(RuntimeError):
     """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
 
 
+class PluginFailure(RuntimeError):
+    """An algorithm's own code raised during a run (a client op, or its server half); the message
+    is one line naming the algorithm, the op and the client (or the round)."""
+
+
+def own_errors() -> tuple[type[BaseException], ...]:
+    """raysoft's own error types, which pass through :func:`plugin_call` unchanged."""
+    from .datafiles import DataFileError, MissingDataError
+
+    return (ConfigError, ClientFailure, UpdateError, RunStopped, PluginFailure, MissingDataError, DataFileError)
+
+
+def plugin_call(fn, args: tuple, where: str):
+    """``fn(*args)``; an exception of the algorithm's own code (not one of raysoft's errors, nor a
+    StopIteration) becomes a :class:`PluginFailure` saying ``where`` it happened."""
+    try:
+        return fn(*args)
+    except StopIteration:
+        raise
+    except own_errors():
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the algorithm raises, as one line
+        raise PluginFailure(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}") from err
+
+
 class RunStopped(RuntimeError):
     """A run failed after it had results (writing, moving or publishing them); the message is
     one line saying where they are kept."""

@@ -110,6 +110,12 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
+def short_name(name: str) -> str:
+    """A plug-in's name as a file name: ``Name`` of an import path ``module:Name`` (no ':' in run
+    folders), the name itself otherwise."""
+    return name.rpartition(":")[2]
+
+
 def _import_attr(path: str, what: str) -> Any:
     """The object ``module:attr`` names, imported with the current directory on sys.path."""
     module_name, _, attr = path.partition(":")
@@ -307,8 +313,9 @@ def ship_paths(cfg: Any) -> list[str]:
 
 
 def runtime_env(cfg: Any) -> dict[str, Any] | None:
-    """The Ray runtime environment that makes the config's plug-ins importable in an actor, or
-    None when every plug-in is installed (or built in)."""
+    """The job-level Ray runtime environment (for ``ray.init``, which uploads local paths) that
+    makes the config's plug-ins importable in every worker of the job, or None when every plug-in
+    is installed (or built in)."""
     paths = ship_paths(cfg)
     return {"py_modules": paths} if paths else None
 

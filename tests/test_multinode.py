@@ -144,24 +144,28 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         (run_dir,) = list(out.iterdir())
         m = pd.read_parquet(run_dir / "metrics.parquet")
         assert m.step.max() == 2 and np.isfinite(m.value).all()
-        # the same through the CLI: an http:// address submits a Ray Job
+        # the same through the CLI: an http:// address submits a Ray Job; from an example's folder, with
+        # its plug-in (fedprox:FedProx) in the job's working directory, the current one
+        example = tmp_path / "fedprox"
+        shutil.copytree(ROOT / "examples" / "fedprox", example, ignore=shutil.ignore_patterns("runs", "__pycache__"))
         out2 = tmp_path / "runs2"
         proc = subprocess.run(
-            [sys.executable, "-m", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--address", "http://127.0.0.1:8312",
+            [sys.executable, "-m", "raysoft", "run", "job.yaml", "--address", "http://127.0.0.1:8312",
              "--set", "algorithm.rounds=1", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4",
-             "--out", str(out2)], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+             "--out", str(out2)], env=env, capture_output=True, text=True, timeout=300, cwd=example)
         assert proc.returncode == 0, proc.stderr[-2000:]
         (run_dir,) = list(out2.iterdir())
         assert pd.read_parquet(run_dir / "metrics.parquet").step.max() == 1
         # joining the head by its GCS address works without exporting RAY_AUTH_MODE: raysoft
-        # finds the token itself, and Ray's token warning is not printed
+        # finds the token itself, and Ray's token warning is not printed; the plug-in's module is
+        # uploaded to the joined cluster's actors
         plain = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
         out3 = tmp_path / "runs3"
         proc = subprocess.run(
-            [sys.executable, "-m", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--address", "127.0.0.1:6412",
+            [sys.executable, "-m", "raysoft", "run", "job.yaml", "--address", "127.0.0.1:6412",
              "--set", "algorithm.rounds=1", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4",
              "--set", "ray.placement_timeout_s=60", "--out", str(out3), "--progress", "none"],
-            env=plain, capture_output=True, text=True, timeout=300, cwd=ROOT)
+            env=plain, capture_output=True, text=True, timeout=300, cwd=example)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "InvalidAuthToken" not in proc.stderr and "Token authentication is enabled" not in proc.stderr
         (run_dir,) = list(out3.iterdir())

@@ -193,7 +193,7 @@ S = TypeVar("S", bound=AlgorithmConfig)
 
 
 class Configured(Generic[S]):
-    """An algorithm object made from its settings (declared once, in raysoft.config)."""
+    """An algorithm object made from its settings (its ``Settings``, declared next to its code)."""
 
     name: str
     readonly_ops: tuple[str, ...] = ("evaluate",)

@@ -60,6 +60,8 @@ def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
 
 
 class FedAvg(Configured[FedAvgConfig]):
+    """FedAvg: one global model, the n_k-weighted average of the selected clients' models."""
+
     Settings = FedAvgConfig
     name = "fedavg"
     client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate}
@@ -110,6 +112,8 @@ def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any]
 
 
 class Local(Configured[LocalConfig]):
+    """Local: every selected client trains its own model; no communication."""
+
     Settings = LocalConfig
     name = "local"
     client_ops = {"train": _local_train, "evaluate": _local_evaluate}

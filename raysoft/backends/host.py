@@ -23,7 +23,7 @@ from ..algorithms import ClientContext, Plan, make_algorithm
 from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import ClientData, Federation
-from ..errors import ClientFailure
+from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
 from ..runtime.executor import finite
@@ -221,7 +221,9 @@ class ClientHost:
         ids = sorted(int(c) for c in client_ids)
         batched = self._batched(op, ids, t)
         if batched is not None:  # all of this host's clients in one vectorised computation
-            states, results = batched([self.contexts[k] for k in ids], [self.states[k] for k in ids], payload, t)
+            states, results = plugin_call(batched, ([self.contexts[k] for k in ids], [self.states[k] for k in ids],
+                                                    payload, t), f"{self._who()} raised in client op {op!r} of "
+                                                                 f"clients {ids[0]}..{ids[-1]} (batched), round {t}")
             for k, st, res in zip(ids, states, results):
                 self.states[k] = st
             return {k: _to(res, torch.device("cpu")) for k, res in zip(ids, results)}
@@ -230,7 +232,8 @@ class ClientHost:
         keeps = leaves_state(self.algorithm, op)
         for k in sorted(int(c) for c in client_ids):
             began = time.perf_counter()
-            state, result = fn(self.contexts[k], None if stateless else self.states[k], payload, t)
+            state, result = plugin_call(fn, (self.contexts[k], None if stateless else self.states[k], payload, t),
+                                        f"{self._who()} raised in client op {op!r} of client {k}, round {t}")
             if not keeps:
                 self.states[k] = state
             out[k] = _to(result, torch.device("cpu"))
@@ -238,6 +241,9 @@ class ClientHost:
             if slow > 1:  # fault injection: a straggler
                 time.sleep((slow - 1) * (time.perf_counter() - began))
         return out
+
+    def _who(self) -> str:
+        return f"algorithm {self.cfg.algorithm.name!r}"
 
     def _slowdown(self, client: int, t: int) -> float:
         return slowdown(self.cfg.faults, client, t)

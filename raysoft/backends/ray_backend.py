@@ -25,9 +25,9 @@ from typing import Any, Callable
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
-from ..plugins import runtime_env as plugin_env
+from ..plugins import ship_paths
 from ..datafiles import DataFileError, MissingDataError
-from ..errors import UpdateError
+from ..errors import PluginFailure, UpdateError
 from ..interrupts import keep_sigterm_handler
 from . import auth
 from .plan import Cluster, Plan, balanced_segments, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
@@ -46,7 +46,7 @@ _DEAD = tuple(
 )
 
 # errors that are the user's input (or a run's stop): they cross actor boundaries as one line
-_PLAIN = (ConfigError, MissingDataError, DataFileError, UpdateError)
+_PLAIN = (ConfigError, MissingDataError, DataFileError, UpdateError, PluginFailure)
 
 
 def plain_error(err: BaseException) -> BaseException | None:
@@ -442,6 +442,23 @@ class CoordinatorActor:
 
     def results(self):
         return self.coord.results()
+
+
+def plugin_env(cfg: Config) -> dict[str, Any] | None:
+    """The runtime environment that makes the config's plug-ins importable in the coordinator and
+    its client actors (which inherit it): the plug-in modules named by import path, uploaded to
+    the cluster (Ray's ``py_modules``; Ray takes local paths at ``ray.init`` only, so they are
+    uploaded here, as ``ray.init`` would, and named by their content-hash URIs). None when every
+    plug-in is installed or built in."""
+    paths = ship_paths(cfg)
+    if not paths:
+        return None
+    import tempfile
+
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    with tempfile.TemporaryDirectory(prefix="raysoft-ship-") as scratch:
+        return upload_py_modules_if_needed({"py_modules": paths}, include_gitignore=True, scratch_dir=scratch)
 
 
 def connect(rc: RayConfig, runtime_env: dict[str, Any] | None = None) -> bool:

@@ -16,7 +16,7 @@ from ..algorithms import ClientCall, Reduced, ServerContext
 from ..algorithms.base import split_result
 from ..config import Config
 from ..data import Federation
-from ..errors import UpdateError
+from ..errors import UpdateError, plugin_call
 from ..evaluation import HEADLINE, LOWER_IS_BETTER, summarize
 from ..models import build_model
 from .executor import finite
@@ -150,11 +150,13 @@ class RoundCoordinator(CoordinatorBase):
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
         began, self._waited, self._bytes = time.perf_counter(), 0.0, 0
-        gen = self.algorithm.round(self.ctx, self.state, t)
+        where = f"algorithm {self.cfg.algorithm.name!r} raised in its server half, round {t}"
+        gen = plugin_call(self.algorithm.round, (self.ctx, self.state, t), where)
         try:
-            call = next(gen)
+            call = plugin_call(next, (gen,), where)
             while True:
-                call = gen.send(self._reduced_call(call, t) if call.reduce is not None else self._call(call, t))
+                result = self._reduced_call(call, t) if call.reduce is not None else self._call(call, t)
+                call = plugin_call(gen.send, (result,), where)
         except StopIteration as stop:
             self.state, diag = stop.value
         if diag.get("weights_updated"):

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence, pretrain
 from ..config import Config
+from ..errors import plugin_call
 from ..data.drift import DriftingImages
 from ..evaluation import summarize, weight_error
 from ..models import build_model
@@ -113,7 +114,9 @@ class StreamCoordinator(CoordinatorBase):
 
     def _apply(self, m: int, up: dict[str, Any]) -> None:
         """The server's answer to client m's upload, and its records."""
-        self.state, reply, diag = self.algorithm.server_step(self.state, m, up, self.scratch, self.val_sets)
+        self.state, reply, diag = plugin_call(
+            self.algorithm.server_step, (self.state, m, up, self.scratch, self.val_sets),
+            f"algorithm {self.a.name!r} raised in its server step, upload of client {m}")
         self.totals["server_estimation_s"] += diag.get("server_s", 0.0)
         self.totals["server_forwards"] += diag.get("server_forwards", 0)
         t, vt = self.state.t, up["vtime"]
@@ -130,6 +133,8 @@ class StreamCoordinator(CoordinatorBase):
                 self.row("client", m, -1, name, value, vtime=vt)
         self.totals["silent_ticks"] += up["silent"]
         self.row("client", m, -1, "silent_ticks", up["silent"], vtime=vt)
+        for name, value in diag.get("diagnostics", {}).items():  # an algorithm's own per-upload figures
+            self.recorder.add("diagnostics", step=t, name=name, value=float(value))
         if diag["u"] is not None:
             u = np.asarray(diag["u"], dtype=float)
             kl = kl_divergence(up["shares"], u)

@@ -1,0 +1,337 @@
+"""Plug-ins: names resolved by import path and by entry point, their settings validated and
+listed, every kind of bad plug-in refused in one line before anything starts, a plug-in that
+raises during a run named with its client, and the MLflow logger."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import raysoft
+from raysoft.errors import PluginFailure
+from raysoft.plugins import PluginError, clear_cache, resolve
+
+from conftest import small_config
+
+RAYSOFT = str(Path(sys.executable).parent / "raysoft")
+
+# FedAvg with a server step size: model <- model + server_lr * (average - model). server_lr = 1
+# is FedAvg itself. Its server state is a dataclass of its own (checkpointed like the built-ins').
+SERVER_LR = '''
+from dataclasses import dataclass
+
+import torch
+from pydantic import Field
+
+from raysoft.sdk import (AlgorithmConfig, ClientCall, Configured, WeightedMean, evaluate_vector, get_flat,
+                         numpy_rng, scratch_optimizer, train_from, uniform_selection)
+
+
+class ServerLRConfig(AlgorithmConfig):
+    server_lr: float = Field(1.0, gt=0.0, description="the server's step towards the clients' average")
+    fail_client: int = Field(-1, description="a client whose training raises (tests)")
+
+
+@dataclass
+class ServerLRState:
+    model: torch.Tensor
+
+
+def _train(ctx, opt, payload, t):
+    if ctx.client == payload["fail_client"]:
+        raise ValueError("this client's data is bad")
+    return opt, train_from(ctx, opt, payload["model"], t)
+
+
+def _evaluate(ctx, opt, payload, t):
+    return opt, evaluate_vector(ctx, payload["model"])
+
+
+class ServerLR(Configured[ServerLRConfig]):
+    """FedAvg with a server step size."""
+
+    Settings = ServerLRConfig
+    client_ops = {"train": _train, "evaluate": _evaluate}
+
+    def init_server(self, ctx):
+        return ServerLRState(get_flat(ctx.new_model("center", 0)))
+
+    def init_client(self, ctx):
+        return scratch_optimizer(ctx)
+
+    def round(self, ctx, state, t):
+        s = self.settings
+        chosen = uniform_selection(ctx.num_clients, s.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
+        res = yield ClientCall("train", chosen, {"model": state.model, "fail_client": s.fail_client},
+                               reduce=WeightedMean(ctx.sizes))
+        if not res.clients:
+            return state, {"trained": 0}
+        if s.server_lr == 1.0:
+            return ServerLRState(res.value), {"trained": len(res.clients)}
+        return ServerLRState(state.model + s.server_lr * (res.value - state.model)), {"trained": len(res.clients)}
+
+    def centers(self, state):
+        return state.model[None, :]
+
+    def weights(self, state):
+        return None
+
+    def eval_payload(self, state):
+        return {"model": state.model}
+'''
+
+
+@pytest.fixture
+def plugdir(tmp_path, monkeypatch):
+    """A folder with the plug-in modules, the current directory of the test; each test's
+    modules get fresh names so that nothing cached by an earlier test is reused."""
+    d = tmp_path / "plug"
+    d.mkdir()
+    monkeypatch.chdir(d)
+    clear_cache()
+    before = set(sys.modules)
+    yield d
+    for name in set(sys.modules) - before:
+        if getattr(sys.modules[name], "__file__", "") and str(d) in str(sys.modules[name].__file__):
+            del sys.modules[name]
+    clear_cache()
+
+
+def write(folder: Path, name: str, text: str) -> None:
+    (folder / name).write_text(textwrap.dedent(text))
+
+
+def values(run) -> pd.DataFrame:
+    m = pd.read_parquet(run.run_dir / "metrics.parquet")
+    return m[["step", "scope", "entity", "eval_dist", "metric", "value"]].reset_index(drop=True)
+
+
+def test_an_import_path_algorithm_runs_and_equals_fedavg_at_server_lr_1(plugdir, tmp_path):
+    write(plugdir, "serverlr_a.py", SERVER_LR)
+    plug = raysoft.run(small_config(algorithm={"name": "serverlr_a:ServerLR", "server_lr": 1.0}), out=tmp_path / "a")
+    base = raysoft.run(small_config(algorithm={"name": "fedavg"}), out=tmp_path / "b")
+    pd.testing.assert_frame_equal(values(plug), values(base))
+    assert plug.summary["algorithm"] == "serverlr_a:ServerLR" and plug.summary["kind"] == "rounds"
+    half = raysoft.run(small_config(algorithm={"name": "serverlr_a:ServerLR", "server_lr": 0.5}), out=tmp_path / "c")
+    assert not values(half)["value"].equals(values(base)["value"])  # the setting reaches the algorithm
+
+
+def test_a_plugins_states_are_checkpointed_and_resumed(plugdir, tmp_path):
+    write(plugdir, "serverlr_b.py", SERVER_LR)
+    cfg = small_config(algorithm={"name": "serverlr_b:ServerLR", "server_lr": 0.5},
+                       output={"checkpoint_every": 2, "progress": "none"})
+    whole = raysoft.run(cfg, out=tmp_path / "whole")
+    from raysoft.runtime.checkpoint import load_checkpoint
+
+    blob = load_checkpoint(whole.run_dir)  # weights_only: the plug-in's state class is allowed
+    assert type(blob["state"]).__name__ == "ServerLRState"
+    # a run stopped after its round-2 checkpoint, resumed, equals the whole run
+    part = tmp_path / "part"
+    cut = small_config(algorithm={"name": "serverlr_b:ServerLR", "server_lr": 0.5, "rounds": 2},
+                       output={"checkpoint_every": 2, "progress": "none"})
+    first = raysoft.run(cut, out=part)
+    cfg_file = first.run_dir / "config.yaml"
+    resumed_cfg = yaml.safe_load(cfg_file.read_text())
+    resumed_cfg["algorithm"]["rounds"] = 4
+    cfg_file.write_text(yaml.safe_dump(resumed_cfg))
+    (first.run_dir / "summary.json").unlink()
+    resumed = raysoft.resume(first.run_dir)
+    pd.testing.assert_frame_equal(values(resumed), values(whole))
+
+
+def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdir, tmp_path):
+    write(plugdir, "serverlr_c.py", SERVER_LR)
+    (plugdir / "job.yaml").write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_c:ServerLR"})))
+    out = tmp_path / "out"
+    bad = subprocess.run([RAYSOFT, "run", "job.yaml", "--set", "algorithm.server_lr=-1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "algorithm.server_lr" in bad.stderr, bad.stderr
+    assert not out.exists() or not any(out.iterdir())
+    good = subprocess.run([RAYSOFT, "run", "job.yaml", "--set", "algorithm.server_lr=0.25", "--set",
+                           "algorithm.rounds=2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert good.returncode == 0, good.stderr
+    run_dir = Path(good.stdout.strip().splitlines()[-1])
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]["server_lr"] == 0.25
+
+
+def test_raysoft_list_shows_a_plugins_settings(plugdir):
+    write(plugdir, "serverlr_d.py", SERVER_LR)
+    out = subprocess.run([RAYSOFT, "list", "algorithms", "serverlr_d:ServerLR"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "serverlr_d:ServerLR  [import path]" in out.stdout
+    assert "FedAvg with a server step size." in out.stdout
+    assert "server_lr: float = 1.0  # the server's step towards the clients' average" in out.stdout
+    assert "rounds: int = 100" in out.stdout
+
+
+def fake_distribution(site: Path, dist: str, entries: dict[str, dict[str, str]]) -> None:
+    """An installed distribution as importlib.metadata finds it: a dist-info folder with METADATA
+    and entry_points.txt (what ``pip install`` of a package with entry points writes)."""
+    info = site / f"{dist}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    text = "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in names.items()) + "\n"
+                   for group, names in entries.items())
+    (info / "entry_points.txt").write_text(text)
+
+
+def test_a_registered_plugin_is_listed_and_runs_by_its_name(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site, "serverlr_pkg.py", SERVER_LR)
+    fake_distribution(site, "serverlr_pkg", {"raysoft.algorithms": {"server_lr": "serverlr_pkg:ServerLR"}})
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    listed = subprocess.run([RAYSOFT, "list", "algorithms"], capture_output=True, text=True, env=env, timeout=300,
+                            cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "server_lr  [from serverlr_pkg]" in listed.stdout and "fedsoft  [built in]" in listed.stdout
+    assert "server_lr: float = 1.0" in listed.stdout
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(small_config(algorithm={"name": "server_lr", "server_lr": 0.5, "rounds": 2})))
+    ran = subprocess.run([RAYSOFT, "run", str(job), "--out", str(tmp_path / "runs")], capture_output=True,
+                         text=True, env=env, timeout=600, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert (Path(ran.stdout.strip().splitlines()[-1]) / "metrics.parquet").is_file()
+
+
+def test_a_name_registered_twice_is_refused(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    fake_distribution(site, "one", {"raysoft.algorithms": {"fedsoft": "one_mod:Algo"}})
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(small_config()))
+    out = tmp_path / "runs"
+    ran = subprocess.run([RAYSOFT, "run", str(job), "--out", str(out)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(site)}, timeout=300, cwd=tmp_path)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert "'fedsoft' is registered twice" in ran.stderr and "by one" in ran.stderr and "by raysoft" in ran.stderr
+    assert not out.exists()
+
+
+NO_ROUND = '''
+from raysoft.sdk import AlgorithmConfig, Configured
+
+class Half(Configured[AlgorithmConfig]):
+    Settings = AlgorithmConfig
+    client_ops = {}
+    def init_server(self, ctx): return None
+    def init_client(self, ctx): return None
+    def centers(self, state): return None
+    def weights(self, state): return None
+    def eval_payload(self, state): return {}
+'''
+NOT_SETTINGS = '''
+class Odd:
+    Settings = dict
+'''
+NO_HOLDOUT = '''
+class Files:
+    def __init__(self, settings, seed): pass
+    def client(self, k, n, shares): pass
+'''
+NO_HOOKS = '''
+class Quiet:
+    def __init__(self, settings, run): pass
+'''
+NOT_CALLABLE = '''
+factory = 3
+'''
+
+BAD = [  # (modules, sections, what the one line says)
+    ({}, {"algorithm": {"name": "nosuchmodule:X"}}, "cannot import module 'nosuchmodule'"),
+    ({"broken.py": "raise RuntimeError('boom at import')\n"}, {"algorithm": {"name": "broken:X"}},
+     "importing 'broken' failed: RuntimeError: boom at import"),
+    ({"typo.py": "def f(:\n"}, {"algorithm": {"name": "typo:X"}}, "importing 'typo' failed: SyntaxError"),
+    ({"serverlr_e.py": SERVER_LR}, {"algorithm": {"name": "serverlr_e:Nope"}}, "has no attribute 'Nope'"),
+    ({"half.py": NO_ROUND}, {"algorithm": {"name": "half:Half"}}, "missing method round"),
+    ({"odd.py": NOT_SETTINGS}, {"algorithm": {"name": "odd:Odd"}}, "Settings must be a subclass"),
+    ({"serverlr_f.py": SERVER_LR}, {"algorithm": {"name": "serverlr_f:ServerLR", "server_lr": 0}},
+     "algorithm.server_lr: Input should be greater than 0"),
+    ({"serverlr_g.py": SERVER_LR}, {"algorithm": {"name": "serverlr_g:ServerLR", "server_rate": 1}},
+     "algorithm.server_rate: unknown key"),
+    ({"files.py": NO_HOLDOUT}, {"data": {"name": "files:Files"}}, "missing method holdout"),
+    ({"quiet.py": NO_HOOKS}, {"callbacks": [{"name": "quiet:Quiet"}]}, "missing method on_rows, on_end"),
+    ({"factory.py": NOT_CALLABLE}, {"model": {"name": "factory:factory"}}, "must be callable"),
+    ({}, {"model": {"name": "nomodel"}}, "model.name: unknown model 'nomodel'"),
+    ({}, {"callbacks": [{"name": "tensorboard", "log_dir": "x"}]}, "callbacks.0.log_dir: unknown key"),
+]
+
+
+@pytest.mark.parametrize("modules,sections,expected", BAD, ids=[b[2][:40] for b in BAD])
+def test_a_bad_plugin_is_one_line_and_exit_2_with_nothing_written(plugdir, tmp_path, modules, sections, expected):
+    for name, text in modules.items():
+        write(plugdir, name, text)
+    cfg = small_config(ray={"backend": "ray", "num_cpus": 1}, **sections)  # refused before Ray would start
+    (plugdir / "job.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    ran = subprocess.run([RAYSOFT, "run", "job.yaml", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.count("\n") == 1 and expected in ran.stderr, ran.stderr
+    assert not out.exists()
+
+
+def test_the_resolver_caches_and_checks_by_kind(plugdir):
+    write(plugdir, "serverlr_h.py", SERVER_LR)
+    cls = resolve("algorithms", "serverlr_h:ServerLR")
+    assert resolve("algorithms", "serverlr_h:ServerLR") is cls
+    with pytest.raises(PluginError, match="dataset .serverlr_h:ServerLR.: its Settings must be a subclass of raysoft.sdk.DataConfig"):
+        resolve("datasets", "serverlr_h:ServerLR")
+    with pytest.raises(PluginError, match="unknown kind of plug-in"):
+        resolve("optimizers", "adam")
+
+
+def test_a_plugin_raising_in_a_client_op_ends_the_run_naming_it_and_the_client(plugdir, tmp_path):
+    write(plugdir, "serverlr_i.py", SERVER_LR)
+    cfg = small_config(algorithm={"name": "serverlr_i:ServerLR", "clients_per_round": 10, "fail_client": 7})
+    with pytest.raises(PluginFailure) as err:
+        raysoft.run(cfg, out=tmp_path / "out")
+    msg = str(err.value)
+    assert "algorithm 'serverlr_i:ServerLR' raised in client op 'train' of client 7, round 0" in msg
+    assert "ValueError: this client's data is bad" in msg and "\n" not in msg
+    assert not any((tmp_path / "out").iterdir())  # a run without checkpoints leaves nothing
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_on_ray_the_plugin_is_shipped_to_the_actors_and_its_failure_is_one_line(plugdir, tmp_path, ray_session):
+    write(plugdir, "serverlr_j.py", SERVER_LR)
+    ray_cfg = {"backend": "ray", "clients_per_actor": 5, "placement": "none"}
+    on_ray = raysoft.run(small_config(algorithm={"name": "serverlr_j:ServerLR", "server_lr": 0.5}, ray=ray_cfg),
+                         out=tmp_path / "ray")
+    here = raysoft.run(small_config(algorithm={"name": "serverlr_j:ServerLR", "server_lr": 0.5}),
+                       out=tmp_path / "here")
+    pd.testing.assert_frame_equal(values(on_ray), values(here))
+    bad = small_config(algorithm={"name": "serverlr_j:ServerLR", "clients_per_round": 10, "fail_client": 3},
+                       ray=ray_cfg)
+    with pytest.raises(PluginFailure, match=r"raised in client op 'train' of client 3, round 0: ValueError"):
+        raysoft.run(bad, out=tmp_path / "bad")
+
+
+def test_the_mlflow_logger_records_every_metric_row(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3's plain-folder store, for the test
+    uri = (tmp_path / "mlruns").as_uri()
+    run = raysoft.run(small_config(callbacks=[{"name": "mlflow", "tracking_uri": uri, "experiment": "t"}]),
+                      out=tmp_path / "runs")
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    found = client.search_runs([client.get_experiment_by_name("t").experiment_id])
+    assert [r.info.run_name for r in found] == [run.run_id]
+    m = pd.read_parquet(run.run_dir / "metrics.parquet")
+    row = m[(m.scope == "cluster") & (m.metric == "mse")].iloc[-1]
+    key = f"cluster.mse.e{row.entity}.d{row.eval_dist}"
+    history = client.get_metric_history(found[0].info.run_id, key)
+    assert [(h.step, h.value) for h in history][-1] == (int(row.step), pytest.approx(float(row.value)))
+    assert found[0].data.params["algorithm.name"] == "fedsoft"
