@@ -102,14 +102,19 @@ def check_data(cfg: Config) -> Config:
             verify_files(cfg.data.name, root)
         except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
-    from .plugins import is_builtin, resolve
+    from .plugins import is_builtin, plugin_names, resolve
 
     if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name):
         why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
         if why is not None:
             raise ConfigError(f"model.name: {why}")
-    verify = getattr(resolve("datasets", cfg.data.name), "verify", None)
-    if verify is not None:  # a dataset plug-in's own check of its files
+    # a plug-in's code (not a built-in's, which would import torch here) is imported and checked now,
+    # before anything starts; a dataset plug-in's own check of its files runs too
+    for kind, name in plugin_names(cfg):
+        if not is_builtin(kind, name):
+            resolve(kind, name)
+    verify = None if is_builtin("datasets", cfg.data.name) else getattr(resolve("datasets", cfg.data.name), "verify", None)
+    if verify is not None:
         try:
             verify(cfg.data)
         except (OSError, ValueError) as err:

@@ -62,6 +62,14 @@ def _default_algorithm() -> AlgorithmConfig:
     return settings_class("algorithms", "fedsoft").model_validate({"name": "fedsoft"})
 
 
+def _default_data() -> Section:
+    return settings_class("datasets", "synthetic").model_validate({"name": "synthetic"})
+
+
+def _default_model() -> Section:
+    return settings_class("models", "linear").model_validate({"name": "linear"})
+
+
 def _dispatch(kind: str, v: Any, default: str | None) -> Any:
     """Validate a section's mapping with the settings class of the plug-in its ``name`` names."""
     if isinstance(v, Section):
@@ -343,8 +351,8 @@ class Config(Section):
 
     seed: int = 0
     algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
-    data: DataConfig = Field(default_factory=DataConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=_default_data)
+    model: ModelConfig = Field(default_factory=_default_model)
     train: TrainConfig = Field(default_factory=TrainConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)

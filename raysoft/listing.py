@@ -8,7 +8,7 @@ import inspect
 import typing
 from typing import Any
 
-from .plugins import GROUPS, KIND_WORD, is_import_path, registered, resolve, settings_class
+from .plugins import GROUPS, KIND_WORD, is_import_path, registered, settings_class, target
 
 
 def _type_text(annotation: Any) -> str:
@@ -46,8 +46,8 @@ def _summary(obj: Any) -> str:
 
 def describe(kind: str, name: str, source: str) -> list[str]:
     """The lines that describe one plug-in."""
-    obj = resolve(kind, name)
-    settings = settings_class(kind, name)
+    settings = settings_class(kind, name)  # checks a plug-in's code (a declaration's is imported where it runs)
+    obj = target(kind, name)
     head = f"  {name}  [{source}]"
     summary = _summary(obj)
     lines = [head] + ([f"    {summary}"] if summary else [])

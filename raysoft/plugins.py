@@ -69,12 +69,14 @@ def register_bases(**bases: type) -> None:
 
 
 _REGISTRY: dict[str, dict[str, Registered]] = {}
+_TARGETS: dict[tuple[str, str], Any] = {}
 _RESOLVED: dict[tuple[str, str], Any] = {}
 
 
 def clear_cache() -> None:
     """Forget what was read and imported (tests that install a package of entry points)."""
     _REGISTRY.clear()
+    _TARGETS.clear()
     _RESOLVED.clear()
 
 
@@ -146,17 +148,17 @@ def _line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
-def resolve(kind: str, name: str) -> Any:
-    """The class (or, for models, the factory) that ``name`` names in ``kind``, checked against
-    the kind's protocol; :class:`PluginError` (one line) if it cannot be used."""
+def target(kind: str, name: str) -> Any:
+    """What ``name`` names in ``kind``, imported (not checked): a plug-in, or a declaration (a
+    settings class whose ``implementation`` names the plug-in's code, imported later)."""
     _check_kind(kind)
     key = (kind, name)
-    if key in _RESOLVED:
-        return _RESOLVED[key]
+    if key in _TARGETS:
+        return _TARGETS[key]
     word = KIND_WORD[kind]
-    what = f"{word} {name!r}"
     if not isinstance(name, str) or not name:
         raise PluginError(f"{word} name must be a non-empty string (got {name!r})")
+    what = f"{word} {name!r}"
     if is_import_path(name):
         obj = _import_attr(name, what)
     else:
@@ -165,7 +167,33 @@ def resolve(kind: str, name: str) -> Any:
             raise PluginError(f"unknown {word} {name!r} (known: {', '.join(sorted(table))}; or an import path "
                               "package.module:Name)")
         obj = _import_attr(table[name].value, f"{what} (registered by {table[name].dist})")
-    CHECKS[kind](obj, what)
+    _TARGETS[key] = obj
+    return obj
+
+
+def is_declaration(kind: str, obj: Any) -> bool:
+    """``obj`` is a settings class of ``kind`` that names its implementation (a lazy plug-in)."""
+    return inspect.isclass(obj) and issubclass(obj, BASES[kind]) and bool(getattr(obj, "implementation", None))
+
+
+def resolve(kind: str, name: str) -> Any:
+    """The class (or, for models, the factory) that ``name`` names in ``kind``, imported and
+    checked against the kind's protocol; :class:`PluginError` (one line) if it cannot be used."""
+    key = (kind, name)
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+    obj = target(kind, name)
+    what = f"{KIND_WORD[kind]} {name!r}"
+    if is_declaration(kind, obj):
+        declared = obj
+        obj = _import_attr(declared.implementation, f"{what} (its implementation)")
+        own = getattr(obj, "Settings", None)
+        if own is not None and not (inspect.isclass(own) and issubclass(declared, own)):
+            raise PluginError(f"{what}: its implementation's Settings ({own.__name__}) is not "
+                              f"{declared.__name__} (the settings class that names it)")
+        CHECKS[kind](obj, what, declared)
+    else:
+        CHECKS[kind](obj, what, None)
     _RESOLVED[key] = obj
     return obj
 
@@ -181,9 +209,9 @@ def _missing(cls: type, methods: Iterable[str]) -> list[str]:
     return [m for m in methods if not callable(getattr(cls, m, None))]
 
 
-def _settings_of(obj: Any, kind: str, what: str) -> type:
+def _settings_of(obj: Any, kind: str, what: str, declared: type | None = None) -> type:
     base = BASES[kind]
-    settings = getattr(obj, "Settings", base)
+    settings = declared or getattr(obj, "Settings", base)
     if not (isinstance(settings, type) and issubclass(settings, base)):
         raise PluginError(f"{what}: its Settings must be a subclass of raysoft.sdk.{base.__name__} (got {settings!r})")
     return settings
@@ -195,13 +223,15 @@ def stream_base(cls: type) -> type | None:
     return next((c for c in cls.__mro__ if vars(c).get("stream") is True), None)
 
 
-def _check_algorithm(obj: Any, what: str) -> None:
+def _check_algorithm(obj: Any, what: str, declared: type | None = None) -> None:
     if not inspect.isclass(obj):
         raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
-    if not any("Settings" in vars(c) for c in obj.__mro__[:-1]):
+    if declared is None and not any("Settings" in vars(c) for c in obj.__mro__[:-1]):
         raise PluginError(f"{what}: has no Settings (a subclass of raysoft.sdk.AlgorithmConfig)")
-    _settings_of(obj, "algorithms", what)
+    _settings_of(obj, "algorithms", what, declared)
     template = stream_base(obj)
+    if template is not None and not getattr(declared or getattr(obj, "Settings", None), "stream", False):
+        raise PluginError(f"{what}: a stream algorithm's Settings must be a subclass of raysoft.sdk.StreamConfig")
     if template is not None:
         missing = [m for m in STREAM_METHODS if getattr(obj, m) is getattr(template, m)]
         if missing:
@@ -214,25 +244,25 @@ def _check_algorithm(obj: Any, what: str) -> None:
                           f"{', '.join(missing)}")
 
 
-def _check_model(obj: Any, what: str) -> None:
+def _check_model(obj: Any, what: str, declared: type | None = None) -> None:
     if not callable(obj):
         raise PluginError(f"{what}: must be callable as (settings, info, generator) -> torch.nn.Module")
-    _settings_of(obj, "models", what)
+    _settings_of(obj, "models", what, declared)
 
 
-def _check_dataset(obj: Any, what: str) -> None:
+def _check_dataset(obj: Any, what: str, declared: type | None = None) -> None:
     if not inspect.isclass(obj):
         raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
-    _settings_of(obj, "datasets", what)
+    _settings_of(obj, "datasets", what, declared)
     missing = _missing(obj, DATASET_METHODS)
     if missing:
         raise PluginError(f"{what}: does not implement the dataset protocol: missing method {', '.join(missing)}")
 
 
-def _check_callback(obj: Any, what: str) -> None:
+def _check_callback(obj: Any, what: str, declared: type | None = None) -> None:
     if not inspect.isclass(obj):
         raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
-    _settings_of(obj, "callbacks", what)
+    _settings_of(obj, "callbacks", what, declared)
     missing = _missing(obj, CALLBACK_METHODS)
     if missing:
         raise PluginError(f"{what}: does not implement the callback protocol: missing method {', '.join(missing)}")
@@ -249,13 +279,18 @@ def is_builtin(kind: str, name: str) -> bool:
 
 
 def is_stream_algorithm(name: str) -> bool:
-    """The algorithm ``name`` names is an asynchronous stream (a StreamAlgorithm)."""
-    return stream_base(resolve("algorithms", name)) is not None
+    """The algorithm ``name`` names is an asynchronous stream: its settings are a StreamConfig
+    (which a stream algorithm's must be), read without importing its code."""
+    return bool(getattr(settings_class("algorithms", name), "stream", False))
 
 
 def settings_class(kind: str, name: str) -> type:
-    """The settings class of the plug-in ``name`` of ``kind`` (its ``Settings``, or the kind's
-    base section)."""
+    """The settings class of the plug-in ``name`` of ``kind``: a declaration itself (its code is
+    not imported), else the plug-in's ``Settings`` or the kind's base section, the plug-in being
+    checked against its protocol."""
+    obj = target(kind, name)
+    if is_declaration(kind, obj):
+        return obj
     return getattr(resolve(kind, name), "Settings", BASES[kind])
 
 
@@ -263,7 +298,7 @@ def state_types() -> list[type]:
     """The classes a checkpoint may hold for the plug-ins this process has resolved, beyond
     raysoft's own: each one's ``state_types`` and every class its module defines."""
     out: list[type] = []
-    for (_, name), obj in list(_RESOLVED.items()):
+    for obj in [*_TARGETS.values(), *_RESOLVED.values()]:
         module = sys.modules.get(getattr(obj, "__module__", "") or "")
         if module is None or module.__name__.split(".")[0] == "raysoft":
             continue
@@ -296,19 +331,18 @@ def ship_paths(cfg: Any) -> list[str]:
     for kind, name in plugin_names(cfg):
         if not is_import_path(name):
             continue
-        resolve(kind, name)
-        top = name.partition(":")[0].split(".")[0]
-        module = sys.modules.get(top)
-        origin = getattr(module, "__file__", None)
-        if origin is None:
-            continue
-        path = Path(origin).resolve()
-        if path.name == "__init__.py":
-            path = path.parent
-        if path == here or here in path.parents or any(root in path.parents for root in installed):
-            continue
-        if str(path) not in paths:
-            paths.append(str(path))
+        modules = {getattr(target(kind, name), "__module__", ""), getattr(resolve(kind, name), "__module__", "")}
+        for module_name in sorted(m for m in modules if m):
+            origin = getattr(sys.modules.get(module_name.split(".")[0]), "__file__", None)
+            if origin is None:
+                continue
+            path = Path(origin).resolve()
+            if path.name == "__init__.py":
+                path = path.parent
+            if path == here or here in path.parents or any(root in path.parents for root in installed):
+                continue
+            if str(path) not in paths:
+                paths.append(str(path))
     return paths
 
 

@@ -1,26 +1,33 @@
-"""The algorithms (pure client and server halves, Ray-free), one module each.
+"""The algorithms (pure client and server halves, Ray-free), one module each, and their settings
+(:mod:`raysoft.algorithms.settings`, light: no torch).
 
 ``make_algorithm(settings)`` builds the algorithm object of a config's ``algorithm`` section; its
 ``name`` is looked up by :mod:`raysoft.plugins`, which finds the built-ins through the entry
 points raysoft's ``pyproject.toml`` registers (group ``raysoft.algorithms``), as it finds a
-user's.
-Synchronous algorithms expose ``round``; the asynchronous streams (CCFL, FedSoft-Async, the
-stream Local) expose the stream protocol of :mod:`raysoft.algorithms.stream`.
+user's. Synchronous algorithms expose ``round``; the asynchronous streams (CCFL, FedSoft-Async,
+the stream Local) expose the stream protocol of :mod:`raysoft.algorithms.stream`.
+
+This package's names are imported on first use (PEP 562), so that importing
+``raysoft.algorithms.settings`` (a driver validating a config) does not import torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from ..config import AlgorithmConfig
-from ..plugins import PluginError, resolve
-from .base import Algorithm, ClientCall, ClientContext, Plan, Reduced, Reduction, ServerContext, WeightedMean
-from .stream import StreamAlgorithm, StreamConfig
+_LAZY = {
+    "Algorithm": "base", "ClientCall": "base", "ClientContext": "base", "Plan": "base", "Reduced": "base",
+    "Reduction": "base", "ServerContext": "base", "WeightedMean": "base",
+    "StreamAlgorithm": "stream", "StreamConfig": "settings",
+}
 
 
-def make_algorithm(settings: AlgorithmConfig) -> Any:
+def make_algorithm(settings: Any) -> Any:
     """The algorithm object for a config's ``algorithm`` section: the class its ``name`` names
     (:func:`raysoft.plugins.resolve`; built-ins and plug-ins alike), made from the settings."""
+    from ..plugins import PluginError, resolve
+
     algorithm = resolve("algorithms", settings.name)(settings)
     ops = getattr(algorithm, "client_ops", None)
     if not isinstance(ops, dict) or not all(callable(op) for op in ops.values()):
@@ -31,7 +38,15 @@ def make_algorithm(settings: AlgorithmConfig) -> Any:
 
 def is_stream(algorithm: Any) -> bool:
     """An asynchronous, client-driven stream (not synchronous rounds)."""
+    from .stream import StreamAlgorithm
+
     return isinstance(algorithm, StreamAlgorithm)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Algorithm", "ClientCall", "ClientContext", "Plan", "Reduced", "Reduction",

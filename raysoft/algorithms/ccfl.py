@@ -46,12 +46,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from pydantic import Field, model_validator
-
 from ..params import ClientId, Params, weighted_sum
 from ..training import model_losses
 from .base import ClientContext
-from .stream import StreamAlgorithm, StreamConfig, StreamClient, client_objective_gradient, client_start, client_update, nbytes
+from .stream import StreamAlgorithm, StreamClient, client_objective_gradient, client_start, client_update, nbytes
+from .settings import CCFLConfig
 
 Bar = Union[float, Literal["min"]]
 ValSets = Sequence[tuple[torch.Tensor, torch.Tensor]]
@@ -72,52 +71,6 @@ def table2_settings(dataset: str, k: int, num_clients: int | None = None, cycles
     values: dict[str, Any] = {**row, "tau0": clients, "rounds": clients * cyc}
     values.update(overrides)
     return CCFLConfig(**values)
-
-
-class CCFLConfig(StreamConfig):
-    """CCFL, its FedSoft-Async baseline and Local (``local_stream``: no server, each client
-    keeps training its own model on its drifting data): an asynchronous stream of uploads.
-    ``rounds`` is the number of uploads (global epochs T; default clients x cycles), ``eval_every``
-    the uploads between cluster evaluations. Defaults: the CCFL paper's FashionMNIST (4 clusters)
-    row of Table 2 and section 5.1; :func:`raysoft.algorithms.ccfl.table2_settings` gives the
-    other rows. The choices where the paper is ambiguous are documented in docs/algorithms.md."""
-
-    name: Literal["ccfl", "fedsoft_async", "local_stream"] = "ccfl"
-    c1: float = Field(0.5, ge=0.0, le=1.0)
-    c2: float = Field(0.25, ge=0.0, le=1.0)
-    amplifier: list[float] = Field(default_factory=lambda: [7.0], description="A, applied once per value")
-    l_bar: float | Literal["min"] = 8.0
-    d1_bar: float | Literal["min"] = 0.0
-    d2_bar: float | Literal["min"] = 0.0
-    score_floor: float | None = Field(0.0, description="clamp after the bars (docs/algorithms.md); null: none")
-    loss_reduction: Literal["batch_sum", "mean", "paper_scale"] = Field(
-        "batch_sum", description="scale of F(w; D_k): sum of batch-mean losses (batches of loss_batch_size), the "
-        "mean, or paper_scale: the mean x ceil(2000 / loss_batch_size), the batch sum of the paper's 2000-image "
-        "D_k (for smaller D_k with its bars)"
-    )
-    loss_batch_size: int = Field(128, ge=1, description="batch size of loss_reduction batch_sum (the paper's)")
-    estimate_on: Literal["actors", "coordinator"] = Field(
-        "actors", description="CCFL: where F(w_m; D_k), the uploaded model on every cluster's validation set, is "
-        "computed: on the uploading client's actor, in parallel with the other clients (the server then only "
-        "recomputes the cluster models it changed), or on the coordinator, upload after upload"
-    )
-    alpha0: float = Field(0.025, gt=0.0, le=1.0)
-    alpha1_bar: float | Literal["ave"] = "ave"
-    a: float = Field(10.0, ge=0.0)
-    b: float = Field(5.0, ge=0.0)
-    tau0: int = Field(80, ge=0, description="staleness bound: t - tau > tau0 is stale; default data.clients")
-    adjust_start: float | None = Field(0.5, ge=0.0, le=1.0, description="null: no global adjustment")
-    adjust_percentile: float = Field(70.0, ge=0.0, le=100.0)
-    sigma: float = Field(1e-4, ge=0.0, le=1.0, description="fedsoft_async: floor of the clients' mixture estimates")
-
-    @model_validator(mode="after")
-    def _ccfl_checks(self) -> "CCFLConfig":
-        if self.c1 + self.c2 > 1:
-            raise ValueError(f"c1 + c2 must be <= 1 (got {self.c1 + self.c2:g})")
-        if not self.amplifier or min(self.amplifier) <= 0:
-            raise ValueError("amplifier must list positive values")
-        return self
-
 
 
 def _row(c1: float, c2: float, a: list[float], l_bar: Bar, d1_bar: Bar, d2_bar: Bar) -> dict[str, Any]:

@@ -20,26 +20,11 @@ from ..optim import SGD, Adam
 from ..params import get_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
-from ..config import AlgorithmConfig
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext, WeightedMean
 from .common import (
     batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection,
 )
-
-
-class FedAvgConfig(AlgorithmConfig):
-    """FedAvg: one global model, n_k-weighted average of the selected clients' models."""
-
-    name: Literal["fedavg"] = "fedavg"
-
-
-
-
-class LocalConfig(AlgorithmConfig):
-    """Local: every selected client trains its own model; no communication."""
-
-    name: Literal["local"] = "local"
-
+from .settings import FedAvgConfig, LocalConfig
 
 
 @dataclass

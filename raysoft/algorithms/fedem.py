@@ -28,29 +28,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pydantic import Field
-
-from ..config import AlgorithmConfig
 from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
 from ..training import evaluate, model_losses, outputs
 from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
 from ..rng import numpy_rng
-
-
-class FedEMConfig(AlgorithmConfig):
-    """FedEM (Marfoq et al., NeurIPS'21): M shared learners, per-client mixture weights pi."""
-
-    name: Literal["fedem"] = "fedem"
-    num_centers: int = Field(2, ge=1, description="M learners; default data.distributions")
-    lr_milestones: list[int] = Field(
-        default_factory=list,
-        description="multiply the lr by lr_decay after this many of the client's own rounds "
-        "(the reference code steps its scheduler once per round the client is sampled)",
-    )
-    lr_decay: float = Field(0.1, gt=0.0, le=1.0)
-
+from .settings import FedEMConfig
 
 
 def e_step(log_pi: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:

@@ -20,15 +20,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from pydantic import Field
-
-from ..config import AlgorithmConfig
 from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
 from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import batched_local_train, own_data_metrics
+from .settings import FedSoftConfig
 
 
 # ----------------------------------------------------------------------------- pure sub-steps
@@ -42,27 +40,6 @@ def importance_weights(losses: np.ndarray | torch.Tensor, sigma: float) -> np.nd
     num_centers, n = losses.shape
     counts = np.bincount(losses.argmin(axis=0), minlength=num_centers)
     return np.maximum(counts / n, sigma)
-
-
-class FedSoftConfig(AlgorithmConfig):
-    """FedSoft (Ruan & Joe-Wong, AAAI'22), Algorithm 1; defaults from the paper/reference code."""
-
-    name: Literal["fedsoft"] = "fedsoft"
-    estimation_interval: int = Field(2, ge=1, description="tau: rounds between importance estimations")
-    sigma: float = Field(1e-4, ge=0.0, le=1.0, description="counter smoother: floor of u_ks")
-    prox_weight: float = Field(1.0, ge=0.0, description="lambda of the proximal objective (4)")
-    num_centers: int = Field(2, ge=1, description="S of the algorithm; default data.distributions")
-    start: Literal["local", "mixture"] = Field(
-        "local", description="where a selected client's local solve of (4) starts: local, its own persisting "
-        "model w_k (the reference code); mixture, sum_s u_ks c_s of the centers it downloaded (Algorithm 1's "
-        "'download {c_s}' read as a restart)"
-    )
-    selection: Literal["sample", "full"] = Field(
-        "sample",
-        description="sample: K clients per cluster drawn with prob. v_sk, c_s = 1/K average; "
-        "full: every client trains, c_s = sum_k v_sk w_k",
-    )
-
 
 
 def selection_probabilities(u: np.ndarray, sizes: np.ndarray) -> np.ndarray:

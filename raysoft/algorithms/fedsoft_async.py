@@ -19,8 +19,9 @@ import torch
 from ..params import ClientId, Params
 from ..training import model_losses
 from .base import ClientContext
-from .ccfl import CCFLConfig, CCFLServerState, alpha2, init_server_state, is_stale, personalised_model, update_clusters
+from .ccfl import CCFLServerState, alpha2, init_server_state, is_stale, personalised_model, update_clusters
 from .fedsoft import importance_weights
+from .settings import CCFLConfig, FedSoftAsyncConfig
 from .stream import StreamAlgorithm, StreamClient, ValSets, nbytes
 
 
@@ -51,8 +52,8 @@ def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId
 class FedSoftAsync(StreamAlgorithm):
     """The client estimates its mixture on the K models it downloads and mixes its own reply."""
 
-    Settings = CCFLConfig
-    settings: CCFLConfig
+    Settings = FedSoftAsyncConfig
+    settings: FedSoftAsyncConfig
 
     def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
         models = payload["initial_models"]  # the start is their average

@@ -33,13 +33,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from pydantic import Field, model_validator
-
-from ..config import AlgorithmConfig
 from ..params import get_flat
 from ..rng import numpy_rng
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
 from .common import evaluate_vector, scratch_optimizer, train_from, uniform_selection
+from .settings import FPFCConfig
 
 
 # ----------------------------------------------------------------------------- penalty and prox
@@ -50,44 +48,6 @@ def scad(t: np.ndarray, lam: float, a: float) -> np.ndarray:
         t <= lam, lam * t,
         np.where(t <= a * lam, (a * lam * t - 0.5 * (t**2 + lam**2)) / (a - 1), lam**2 * (a + 1) / 2),
     )
-
-
-class FPFCConfig(AlgorithmConfig):
-    """FPFC (Yu et al., AAAI'23): fusion-penalized federated clustering; defaults are the
-    reference code's synthetic settings (docs/algorithms.md#fpfc-defaults)."""
-
-    name: Literal["fpfc", "fpfc_l1"] = "fpfc"
-    rounds: int = Field(2000, ge=1)
-    clients_per_round: int = Field(30, ge=1, description="|A_k| (reference: ratio 0.3 of m = 100)")
-    eval_every: int = Field(100, ge=1)
-    a: float = Field(3.7, gt=1.0, description="SCAD shape a")
-    lam: float = Field(0.6, gt=0.0, description="lambda of the fusion penalty")
-    xi: float = Field(1e-3, gt=0.0, description="xi of the smooth surrogate (< lambda)")
-    rho: float = Field(1.0, gt=0.0, description="ADMM penalty rho")
-    nu: float = Field(0.1, ge=0.0, description="devices i, j share a cluster if ||theta_ij|| <= nu")
-    grouping: Literal["components", "neighbourhoods"] = Field(
-        "components", description="the final clustering: components, the connected components of ||theta_ij|| <= nu "
-        "(a partition); neighbourhoods, the reference code's step: each device's set of devices with "
-        "||theta_ij|| < nu, the distinct sets in turn averaging their members' models (the per-round "
-        "num_clusters counts the components under either grouping; the last round's follows this key)"
-    )
-    pairs: Literal["paper", "code"] = Field(
-        "paper", description="paper: pairs i < j inside A_k, once each; code: every pair (i in A_k, "
-        "j in [m]), pairs inside A_k twice, as the reference code"
-    )
-    report_thresholds: list[float] = Field(
-        default_factory=list, description="after the last round, also count the clusters the final theta gives at "
-        "each of these thresholds (diagnostics.parquet: clusters_nu=<value>); the run itself uses nu"
-    )
-
-    @model_validator(mode="after")
-    def _xi_below_lambda(self) -> "FPFCConfig":
-        if self.xi >= self.lam:
-            raise ValueError(f"xi ({self.xi}) must be < lam ({self.lam})")
-        if self.name == "fpfc" and self.rho * (self.a - 1) <= 1:
-            raise ValueError(f"rho * (a - 1) must exceed 1 for the SCAD prox (got {self.rho * (self.a - 1):g})")
-        return self
-
 
 
 def scad_surrogate(t: np.ndarray, lam: float, a: float, xi: float) -> np.ndarray:

@@ -26,37 +26,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from pydantic import Field
-
-from ..config import AlgorithmConfig
 from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import full_gradient
 from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import evaluate_vector, mean_losses, scratch_optimizer, train_from, uniform_selection
-
-
-class IFCAConfig(AlgorithmConfig):
-    """IFCA (Ghosh et al., NeurIPS'20): each selected client joins its lowest-loss center."""
-
-    name: Literal["ifca"] = "ifca"
-    num_centers: int = Field(2, ge=1, description="k; default data.distributions")
-    option: Literal["model", "gradient", "fpfc_code"] = Field(
-        "model", description="model: option II, local training + per-cluster model averaging; "
-        "gradient: option I, one full-batch gradient, theta_j -= lr/m sum of members' gradients; "
-        "fpfc_code: the FPFC reference code's IFCA baseline, option I whose models are averaged over all "
-        "m selected clients: theta_j <- (n_j/m) theta_j - lr/m sum of members' gradients (a center "
-        "shrinks each round; an empty one becomes 0)",
-    )
-    init_threshold: float = Field(
-        0.0, ge=0.0, le=1.0,
-        description="re-draw the initial centers until every center is the lowest-loss one for at "
-        "least this fraction of the clients (the reference CIFAR code's find_good_initializer: 0.35 "
-        "for k = 2, 0.1 for k = 4); 0 keeps the first draw",
-    )
-    init_attempts: int = Field(50, ge=1, description="draws tried before keeping the best one")
-
+from .settings import IFCAConfig
 
 
 def assign_cluster(losses: torch.Tensor | np.ndarray) -> int:

@@ -12,14 +12,15 @@ import numpy as np
 import torch
 
 from ..params import Params
-from .ccfl import CCFLConfig, CCFLServerState, init_server_state, initial_reply
+from .ccfl import CCFLServerState, init_server_state, initial_reply
+from .settings import LocalStreamConfig
 from .stream import StreamAlgorithm, StreamClient, ValSets
 
 
 class LocalStream(StreamAlgorithm):
     """CCFL's Local baseline: no server; each client keeps training its own model."""
 
-    Settings = CCFLConfig  # the CCFL comparison's keys, so one job file runs all three
+    Settings = LocalStreamConfig  # the CCFL comparison's keys, so one job file runs all three
     has_server = False
 
     def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:

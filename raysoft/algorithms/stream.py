@@ -28,8 +28,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from pydantic import Field, model_validator
-
 from ..config import AlgorithmConfig, Config, TrainConfig
 from ..data.drift import CycleData, DriftingImages
 from ..models import DataInfo, build_model
@@ -38,90 +36,9 @@ from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng, torch_generator
 from ..training import evaluate, make_optimizer, proximal_train
 from .base import ClientContext, Configured
+from .settings import StreamConfig
 
 ValSets = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-class StreamConfig(AlgorithmConfig):
-    """The keys every stream algorithm has (CCFL, FedSoft-Async, the stream Local and a user's
-    own): an asynchronous stream of uploads on drifting image data. ``rounds`` is the number of
-    uploads (global epochs T; default clients x cycles), ``eval_every`` the uploads between
-    cluster evaluations. Defaults: the CCFL paper's FashionMNIST (4 clusters) setting."""
-
-    rounds: int = Field(2000, ge=1, description="uploads T; default data.clients x cycles")
-    cycles: int = Field(25, ge=1, description="average upload-download cycles per client (FMNIST: 25)")
-    clients_per_round: int = Field(1, ge=1, description="unused: clients upload when their clock says")
-    eval_every: int = Field(100, ge=1, description="uploads between cluster evaluations")
-    mode: Literal["virtual", "realtime"] = Field(
-        "virtual", description="virtual: uploads applied in virtual-time order (reproducible); "
-        "realtime: in arrival order"
-    )
-    rho: float = Field(0.1, ge=0.0, description="weight of the client's proximal term (rho/2)||w - wbar||^2")
-    local_epochs: int | None = Field(
-        None, ge=1, description="H, the local epochs of a client's cycle on objective (2); null: train.local_epochs"
-    )
-    client_starts_from_reply: bool = Field(
-        True, description="a client trains from the reply it received (also its prox anchor); false: from its "
-        "own last local model"
-    )
-    public_samples: int = Field(2000, ge=1, description="server's public images per cluster (pre-training, D_k)")
-    pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training each cluster model [GUESS]")
-    shared_init: bool = Field(
-        True, description="every cluster model starts from the same random initialisation before pre-training "
-        "(so that the initial reply, their average, is a working model) [GUESS]; false: one per cluster"
-    )
-    upload_rate: list[float] = Field(
-        default_factory=lambda: [0.5, 2.0],
-        description="each client's upload clock: exponential gaps with a rate drawn from U[min, max]",
-    )
-    drift: bool = Field(True, description="fresh data after every cycle; false: the first dataset stays")
-    rest_split: Literal["dirichlet", "uniform", "some"] = Field(
-        "dirichlet", description="how a client's non-main share is split over the other clusters: Dirichlet(1) over "
-        "all of them, equally, or Dirichlet(1) over a random non-empty subset of them (the others get 0)"
-    )
-    validation: Literal["shared", "disjoint"] = Field(
-        "shared", description="the server's validation sets D_k: its pre-training images (shared), or as many "
-        "other images of the cluster (disjoint), so that F(w_k; D_k) is not a training loss"
-    )
-    upload_policy: Literal["clock", "shift"] = Field(
-        "clock", description="clock: upload at every tick of the client's clock; shift: at a tick, upload only "
-        "if the data's mixture moved by >= shift_threshold (total variation) since the last upload, else "
-        "keep training on the new data"
-    )
-    shift_threshold: float = Field(0.25, gt=0.0, le=1.0, description="upload_policy shift: total-variation threshold")
-    max_silent_ticks: int = Field(4, ge=0, description="upload_policy shift: upload anyway after this many silent ticks")
-
-    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers", "rounds", "tau0")
-
-    @classmethod
-    def fill_defaults(cls, given: dict[str, Any], clients: Any, distributions: Any) -> dict[str, Any]:
-        """The base's defaults, and the uploads T = data.clients x cycles (and, where the settings
-        have it, the staleness bound tau0 = data.clients)."""
-        filled = super().fill_defaults(given, clients, distributions)
-        if isinstance(clients, int) and not isinstance(clients, bool):
-            cycles = given.get("cycles", cls.model_fields["cycles"].default)
-            if "rounds" not in given and isinstance(cycles, int) and not isinstance(cycles, bool):
-                filled["rounds"] = clients * cycles
-            if "tau0" in cls.model_fields and "tau0" not in given:
-                filled["tau0"] = clients
-        return filled
-
-    @model_validator(mode="after")
-    def _stream_checks(self) -> "StreamConfig":
-        if len(self.upload_rate) != 2 or not 0 < self.upload_rate[0] <= self.upload_rate[1]:
-            raise ValueError("upload_rate must be [min, max] with 0 < min <= max")
-        return self
-
-    def check_with(self, cfg: Config) -> None:
-        """Checks against the other sections: a stream runs on image data, without faults."""
-        data = cfg.data
-        if data.name not in ("fmnist", "emnist_letters", "cifar10", "cifar100"):
-            raise ValueError(f"algorithm {self.name}: needs an image dataset (data.name), not {data.name!r}")
-        if cfg.faults:
-            raise ValueError(f"algorithm {self.name}: fault injection is for synchronous rounds only (not for streams)")
-        if data.join_schedule is not None and len(data.join_schedule) != data.clients:
-            raise ValueError(f"data.join_schedule has {len(data.join_schedule)} entries for {data.clients} clients")
-
 
 
 def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> float:

@@ -42,8 +42,8 @@ def checkpoint_types() -> list[Any]:
     import numpy as np
     from torch import nn
 
-    from .. import models, optim
-    from ..algorithms import ccfl, fedavg, fedem, fedsoft, fpfc, ifca, stream
+    from .. import catalog, models, optim
+    from ..algorithms import ccfl, fedavg, fedem, fedsoft, fpfc, ifca, settings, stream
     from ..config import DataConfig
     from ..data.drift import DriftingImages
 
@@ -55,7 +55,8 @@ def checkpoint_types() -> list[Any]:
         # client and server states
         fedsoft.FedSoftState, fedsoft.FedSoftClient, ifca.IFCAState, fedem.FedEMState, fedem.FedEMClient,
         fedavg.GlobalModel, fedavg.LocalClient, fpfc.FPFCState, ccfl.CCFLServerState, stream.StreamClient,
-        DriftingImages, DataConfig, models.DataInfo,
+        DriftingImages, DataConfig, models.DataInfo, *catalog.DATASETS, *catalog.MODELS,
+        *(c for c in vars(settings).values() if isinstance(c, type) and issubclass(c, settings.AlgorithmConfig)),
         # optimizers and the models a client keeps (and their layers)
         optim.Adam, optim.SGD,
         models.LinearRegression, models.Logistic, models.ConvNet, models.CifarCNN,
