@@ -335,3 +335,16 @@ def test_the_mlflow_logger_records_every_metric_row(tmp_path, monkeypatch):
     history = client.get_metric_history(found[0].info.run_id, key)
     assert [(h.step, h.value) for h in history][-1] == (int(row.step), pytest.approx(float(row.value)))
     assert found[0].data.params["algorithm.name"] == "fedsoft"
+
+
+def test_raysoft_compare_runs_a_plugin_beside_the_builtins(plugdir, tmp_path):
+    write(plugdir, "serverlr_k.py", SERVER_LR)
+    from raysoft.compare import compare
+
+    raw = small_config(algorithm={"name": "fedavg", "server_lr": 0.5, "rounds": 2})
+    path = compare(raw, ["serverlr_k:ServerLR", "fedavg"], out=tmp_path / "cmp")
+    table = pd.read_parquet(path / "comparison.parquet")
+    assert list(dict.fromkeys(table.algorithm)) == ["serverlr_k:ServerLR", "fedavg"]
+    assert sorted(p.name for p in path.iterdir() if p.is_dir()) == ["ServerLR", "fedavg"]  # no ':' in folders
+    saved = yaml.safe_load((path / "ServerLR" / "config.yaml").read_text())
+    assert saved["algorithm"]["server_lr"] == 0.5  # the key went to the algorithm that has it
