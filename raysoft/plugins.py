@@ -250,26 +250,23 @@ def _check_model(obj: Any, what: str, declared: type | None = None) -> None:
     _settings_of(obj, "models", what, declared)
 
 
-def _check_dataset(obj: Any, what: str, declared: type | None = None) -> None:
-    if not inspect.isclass(obj):
-        raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
-    _settings_of(obj, "datasets", what, declared)
-    missing = _missing(obj, DATASET_METHODS)
-    if missing:
-        raise PluginError(f"{what}: does not implement the dataset protocol: missing method {', '.join(missing)}")
+def _class_with(kind: str, methods: tuple[str, ...]):
+    """The check of a kind whose plug-in is a class with ``methods`` (datasets, callbacks)."""
+    word = KIND_WORD[kind]
+
+    def check(obj: Any, what: str, declared: type | None = None) -> None:
+        if not inspect.isclass(obj):
+            raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
+        _settings_of(obj, kind, what, declared)
+        missing = _missing(obj, methods)
+        if missing:
+            raise PluginError(f"{what}: does not implement the {word} protocol: missing method {', '.join(missing)}")
+
+    return check
 
 
-def _check_callback(obj: Any, what: str, declared: type | None = None) -> None:
-    if not inspect.isclass(obj):
-        raise PluginError(f"{what}: must be a class (got {type(obj).__name__})")
-    _settings_of(obj, "callbacks", what, declared)
-    missing = _missing(obj, CALLBACK_METHODS)
-    if missing:
-        raise PluginError(f"{what}: does not implement the callback protocol: missing method {', '.join(missing)}")
-
-
-CHECKS = {"algorithms": _check_algorithm, "models": _check_model, "datasets": _check_dataset,
-          "callbacks": _check_callback}
+CHECKS = {"algorithms": _check_algorithm, "models": _check_model, "datasets": _class_with("datasets", DATASET_METHODS),
+          "callbacks": _class_with("callbacks", CALLBACK_METHODS)}
 
 
 def is_builtin(kind: str, name: str) -> bool:
