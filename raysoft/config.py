@@ -1,11 +1,12 @@
 """Typed, validated experiment configuration.
 
 A config is YAML with the top-level sections ``seed``, ``algorithm``, ``data``, ``model``,
-``train``, ``ray`` and ``output``. Every section is a frozen pydantic model that forbids
+``train``, ``ray``, ``output``, ``faults`` and ``callbacks``. Every section is a frozen pydantic model that forbids
 unknown keys and checks types strictly, so a typo fails before Ray starts. The
 ``algorithm``, ``data``, ``model`` and ``callbacks`` sections are dispatched on their ``name`` to
-the settings class the named plug-in declares next to its code (:mod:`raysoft.plugins`; the
-built-ins are plug-ins too), so each algorithm declares exactly the hyper-parameters it has.
+the settings class of the plug-in it names (:mod:`raysoft.plugins`; the built-ins are plug-ins
+too, their settings in :mod:`raysoft.algorithms.settings` and :mod:`raysoft.catalog`), so each
+algorithm declares exactly the hyper-parameters it has.
 
 Bad input raises :class:`ConfigError` whose message is one line naming the key and the problem.
 """
@@ -20,8 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .plugins import register_bases, settings_class
-
-
 
 
 class Section(BaseModel):
