@@ -193,7 +193,7 @@ S = TypeVar("S", bound=AlgorithmConfig)
 
 
 class Configured(Generic[S]):
-    """An algorithm object made from its settings (its ``Settings``, declared next to its code)."""
+    """An algorithm object made from its settings (its ``Settings``), which it reads as ``self.settings``."""
 
     name: str
     readonly_ops: tuple[str, ...] = ("evaluate",)
