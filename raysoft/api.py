@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from .backends import run_backend
 from .callbacks import Callbacks
+from .plugins import is_builtin, plugin_names, resolve, short_name
 from .config import Config, ConfigError, load_config, name_problem, parse_config
 from .datafiles import DataFileError, MissingDataError, one_line
 from .errors import RunStopped
@@ -102,8 +103,6 @@ def check_data(cfg: Config) -> Config:
             verify_files(cfg.data.name, root)
         except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
-    from .plugins import is_builtin, plugin_names, resolve
-
     if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name):
         why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
         if why is not None:
@@ -150,8 +149,6 @@ def _prepare_out(path: str) -> Path:
 
 
 def new_run_id(cfg: Config) -> str:
-    from .plugins import short_name
-
     prefix = cfg.output.name or f"{short_name(cfg.algorithm.name)}-{short_name(cfg.data.name)}"
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 

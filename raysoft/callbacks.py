@@ -35,6 +35,7 @@ import pandas as pd
 from pydantic import Field
 
 from .config import CallbackConfig, Config
+from .datafiles import one_line
 from .plugins import PluginError, resolve
 
 
@@ -156,7 +157,7 @@ class Callbacks:
             raise
         except Exception as err:  # noqa: BLE001 - a user's hook: one line naming it
             raise PluginError(f"callback {name!r} failed in {hook}: {type(err).__name__}: "
-                              f"{' '.join(str(err).split())}") from err
+                              f"{one_line(err)}") from err
 
     def __bool__(self) -> bool:
         return bool(self.items)

@@ -1,5 +1,7 @@
 """The errors of raysoft (torch-free, so that the driver need not import torch)."""
 
+from .datafiles import DataFileError, MissingDataError, one_line
+
 
 class ConfigError(ValueError):
     """A bad config or command-line argument; the message is one line naming the key."""
@@ -18,13 +20,6 @@ class PluginFailure(RuntimeError):
     is one line naming the algorithm, the op and the client (or the round)."""
 
 
-def own_errors() -> tuple[type[BaseException], ...]:
-    """raysoft's own error types, which pass through :func:`plugin_call` unchanged."""
-    from .datafiles import DataFileError, MissingDataError
-
-    return (ConfigError, ClientFailure, UpdateError, RunStopped, PluginFailure, MissingDataError, DataFileError)
-
-
 def plugin_call(fn, args: tuple, where: str):
     """``fn(*args)``; an exception of the algorithm's own code (not one of raysoft's errors, nor a
     StopIteration) becomes a :class:`PluginFailure` saying ``where`` it happened."""
@@ -32,12 +27,16 @@ def plugin_call(fn, args: tuple, where: str):
         return fn(*args)
     except StopIteration:
         raise
-    except own_errors():
+    except OWN_ERRORS:
         raise
     except Exception as err:  # noqa: BLE001 - whatever the algorithm raises, as one line
-        raise PluginFailure(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}") from err
+        raise PluginFailure(f"{where}: {type(err).__name__}: {one_line(err)}") from err
 
 
 class RunStopped(RuntimeError):
     """A run failed after it had results (writing, moving or publishing them); the message is
     one line saying where they are kept."""
+
+
+# raysoft's own error types, which pass through plugin_call unchanged
+OWN_ERRORS = (ConfigError, ClientFailure, UpdateError, RunStopped, PluginFailure, MissingDataError, DataFileError)

@@ -8,7 +8,7 @@ import inspect
 import typing
 from typing import Any
 
-from .plugins import GROUPS, KIND_WORD, is_import_path, registered, settings_class, target
+from .plugins import GROUPS, is_import_path, registered, settings_class, target
 
 
 def _type_text(annotation: Any) -> str:
@@ -87,4 +87,4 @@ def main(kind: str | None, names: list[str]) -> int:
     return 0
 
 
-__all__ = ["KIND_WORD", "describe", "listing", "main", "setting_lines"]
+__all__ = ["describe", "listing", "main", "setting_lines"]

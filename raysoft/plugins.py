@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from .datafiles import one_line
 from .errors import ConfigError
 
 GROUPS = {
@@ -132,9 +133,9 @@ def _import_attr(path: str, what: str) -> Any:
         if err.name and module_name.startswith(err.name):
             raise PluginError(f"{what}: cannot import module {module_name!r} (not found from {cwd} or the "
                               "installed packages)") from None
-        raise PluginError(f"{what}: importing {module_name!r} failed: {type(err).__name__}: {_line(err)}") from None
+        raise PluginError(f"{what}: importing {module_name!r} failed: {type(err).__name__}: {one_line(err)}") from None
     except Exception as err:  # noqa: BLE001 - whatever the user's module raises, one line
-        raise PluginError(f"{what}: importing {module_name!r} failed: {type(err).__name__}: {_line(err)}") from None
+        raise PluginError(f"{what}: importing {module_name!r} failed: {type(err).__name__}: {one_line(err)}") from None
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -142,10 +143,6 @@ def _import_attr(path: str, what: str) -> Any:
         except AttributeError:
             raise PluginError(f"{what}: module {module_name!r} has no attribute {attr!r}") from None
     return obj
-
-
-def _line(err: BaseException) -> str:
-    return " ".join(str(err).split())
 
 
 def target(kind: str, name: str) -> Any:
