@@ -227,8 +227,11 @@ class StreamAlgorithm(Configured[StreamConfig]):
         tick = time.perf_counter()
         work = self.server_work(ctx, cs, w)
         work_s = time.perf_counter() - tick if work else 0.0
+        # the samples this step trained and passed forward (its estimate, Cli Bfr and Cli Aft):
+        # the arithmetic raysoft bench's floor counts (not recorded in the results)
+        ledger = {"train": samples, "forward": forwards + len(cs.data.test_y) * (1 + (after is not None))}
         return cs, {"w": w, "tau": cs.tau, "before": before, "after": after, "mu": mu, "shares": cs.data.shares,
-                    "samples": len(cs.data), "silent": silent, "finished": time.time(), **work,
+                    "samples": len(cs.data), "silent": silent, "finished": time.time(), "ledger": ledger, **work,
                     "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
                              "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s,
                              "server_on_actor_s": work_s}}

@@ -1,4 +1,4 @@
-"""W2's arithmetic floor: the seconds a round needs at this sitting's matrix-multiply rate.
+"""The workloads' arithmetic floors: the seconds a round needs at this sitting's matrix-multiply rate.
 
 A round of W2 trains the selected clients' samples (one epoch each) through the CNN; its
 floating-point work is the FLOP of one training step per sample (forward and backward,
@@ -23,9 +23,14 @@ from ..models import DataInfo, build_model
 from ..rng import numpy_rng
 
 
-def step_fn(cfg: Config, batch: int) -> Callable[[], None]:
-    """One SGD training step of the workload's CNN on ``batch`` real client images (the step's
-    cost depends on the pixel values: random inputs ran slower in unscripted trials)."""
+def _images(cfg: Config, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` real client images of the workload and their labels."""
+    if hasattr(cfg.algorithm, "public_samples"):  # a stream's data: the server's validation images
+        from ..data.drift import DriftingImages
+
+        a = cfg.algorithm
+        x, y = DriftingImages(cfg.data, cfg.seed, a.public_samples, a.rest_split, a.validation).validation(0)
+        return x[:batch], y[:batch]
     fed = Federation(cfg.data, cfg.seed)
     xs, ys, k = [], [], 0
     while sum(len(y) for y in ys) < batch:
@@ -33,7 +38,18 @@ def step_fn(cfg: Config, batch: int) -> Callable[[], None]:
         xs.append(d.x)
         ys.append(d.y)
         k += 1
-    x, y = torch.cat(xs)[:batch], torch.cat(ys)[:batch]
+    return torch.cat(xs)[:batch], torch.cat(ys)[:batch]
+
+
+def _model(cfg: Config, x: torch.Tensor) -> torch.nn.Module:
+    info = DataInfo(int(np.prod(x.shape[1:])), 10, "classification", tuple(x.shape[1:]))
+    return build_model(cfg.model, info)
+
+
+def step_fn(cfg: Config, batch: int) -> Callable[[], None]:
+    """One SGD training step of the workload's CNN on ``batch`` real client images (the step's
+    cost depends on the pixel values: random inputs ran slower in unscripted trials)."""
+    x, y = _images(cfg, batch)
     info = DataInfo(int(np.prod(x.shape[1:])), 10, "classification", tuple(x.shape[1:]))
     model = build_model(cfg.model, info)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -54,6 +70,17 @@ def flop_per_sample(cfg: Config, batch: int = 32) -> float:
     with FlopCounterMode(display=False) as counter:
         step()
     return counter.get_total_flops() / batch
+
+
+def forward_flop_per_sample(cfg: Config, batch: int = 500) -> float:
+    """FLOP of one forward pass per sample (an evaluation or a loss), without gradients."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x, _ = _images(cfg, batch)
+    model = _model(cfg, x).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(x)
+    return counter.get_total_flops() / len(x)
 
 
 def round_samples(cfg: Config, rounds: int) -> list[int]:
@@ -92,4 +119,32 @@ def floor_w2(raw: dict[str, Any]) -> dict[str, Any]:
     return {"sec_per_round_all": [s * per_sample / 1e9 / rate for s in samples],
             "updates": [cfg.algorithm.clients_per_round] * len(samples), "quality": float("nan"),
             "quality_metric": f"{per_sample / 1e6:.1f} MFLOP/sample at {rate:.1f} GFLOP/s",
+            "total_s": time.monotonic() - began}
+
+
+def floor_of_run(workload: str, raw: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The floor of W3 and W4 from the work of raysoft's run of the same workload (``run``: its
+    bench result, whose ``work_all`` holds, per timed round, the samples of each client op the
+    algorithm called, of its evaluations, and for a stream the samples trained and passed
+    forward): a training op's samples cost a training step each (per local epoch), FedSoft's
+    ``estimate`` one forward pass per center, every other op and evaluation one forward pass;
+    at this sitting's matrix-multiply rate."""
+    began = time.monotonic()
+    cfg = parse_config(raw)
+    train, forward = flop_per_sample(cfg), forward_flop_per_sample(cfg)
+    rate = matmul_gflops()
+    per_round = []
+    for work in run["work_all"]:
+        flop = 0.0
+        for op, samples in work.items():
+            if op == "train":  # a round's op counts its clients' samples once; a stream's, every epoch
+                flop += samples * train * (1 if workload == "W3" else cfg.train.local_epochs)
+            elif op == "estimate":  # FedSoft: every center's loss on every sample
+                flop += samples * forward * int(getattr(cfg.algorithm, "num_centers", 1))
+            else:
+                flop += samples * forward
+        per_round.append(flop / 1e9 / rate)
+    return {"sec_per_round_all": per_round, "updates": run["updates"][: len(per_round)], "quality": float("nan"),
+            "quality_metric": f"{train / 1e6:.1f} / {forward / 1e6:.1f} MFLOP per sample trained / passed forward "
+                              f"at {rate:.1f} GFLOP/s",
             "total_s": time.monotonic() - began}

@@ -92,8 +92,12 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                        "quality_metric": "accuracy", "total_s": flwr["total_s"],
                        "updates": [flwr["clients_per_round"]] * len(flwr["sec_per_round"])}
             else:
+                # the bare W2 loop exports its clients for Flower; W3's and W4's floors read raysoft's run
+                extra = ([str(export)] if system == "bare" and w == "W2" else
+                         [str(scratch / f"{name.replace(':', '-')}-raysoft.json")] if system == "floor" and w != "W2"
+                         else [])
                 cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, name, str(r), "1" if quick else "0",
-                       str(res_path)] + ([str(export)] if system == "bare" and w == "W2" else [])
+                       str(res_path)] + extra
                 res, sampler = _measure(f"{name} {system}", cmd, res_path, timeout)
             sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
             busy, mb = coordinator_stats(res)

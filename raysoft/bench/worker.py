@@ -34,9 +34,11 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     cfg = check_data(parse_config(raw))
     marks: list[tuple[float, int, int]] = []
     coordinator: list[tuple[float, int]] = []  # per round: busy seconds, bytes through it
+    work: list[dict[str, int]] = []  # per mark: the samples of each kind of work since the last
 
     def on_progress(info: dict[str, Any]) -> None:
         marks.append((time.monotonic(), int(info["round"]), int(info.get("trained") or 0)))
+        work.append(dict(info.get("work") or {}))
         if "coordinator_busy_s" in info:
             coordinator.append((float(info["coordinator_busy_s"]), int(info["coordinator_bytes"])))
 
@@ -45,18 +47,20 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     total = time.monotonic() - start
     if workload == "W3":  # a "round" is N uploads; the first advance is the initial evaluation
         n = cfg.data.clients
-        times, updates = [], []
-        for (t0, r0, _), (t1, r1, _) in zip(marks[1:], marks[2:]):
+        times, updates, done = [], [], []
+        for (t0, r0, _), (t1, r1, _), w in zip(marks[1:], marks[2:], work[2:]):
             if r1 > r0:
                 times.append((t1 - t0) * n / (r1 - r0))
                 updates.append(n)
+                done.append({kind: v * n / (r1 - r0) for kind, v in w.items()})
     else:
         times = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
         updates = [b[2] for b in marks[1:]]
+        done = work[1:]
     quality, metric = _quality_of(tables, summary, workload)
     return {"sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
             "total_s": total, "coordinator_busy_s_all": [c[0] for c in coordinator],
-            "coordinator_bytes_all": [c[1] for c in coordinator]}
+            "coordinator_bytes_all": [c[1] for c in coordinator], "work_all": done}
 
 
 def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:
@@ -68,9 +72,11 @@ def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, expo
     if system == "raysoft":
         res = run_raysoft(workload, raw)
     elif system == "floor":
-        from .floor import floor_w2
+        from .floor import floor_of_run, floor_w2
 
-        res = floor_w2(raw)
+        # W2's floor follows FedAvg's selection stream; the others' count the work of raysoft's
+        # own run of the workload (``export``: its result), which must come first
+        res = floor_w2(raw) if workload == "W2" else floor_of_run(workload, raw, json.loads(Path(export).read_text()))
     elif workload == "W1":
         res = bare_fedsoft(raw)
     else:

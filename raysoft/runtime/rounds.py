@@ -66,8 +66,13 @@ class RoundCoordinator(CoordinatorBase):
         self._bytes += nbytes(sent) + nbytes(out)
         return out
 
+    def _count(self, op: str, samples: int) -> None:
+        """Add ``samples`` to this round's work of ``op`` (the samples its calls covered, which
+        ``raysoft bench`` turns into the round's arithmetic floor)."""
+        self._work[op] = self._work.get(op, 0) + int(samples)
+
     def init_run(self) -> None:
-        self._waited, self._bytes = 0.0, 0
+        self._waited, self._bytes, self._work = 0.0, 0, {}
         self.state = self.algorithm.init_server(self.ctx)
         self.round = 0
         self.center_scores: np.ndarray | None = None
@@ -86,7 +91,9 @@ class RoundCoordinator(CoordinatorBase):
         """Every center on every holdout set; every client's local model on its own data."""
         scores = self.evaluate_clusters(self.scratch, self.algorithm.centers(self.state), self.holdouts,
                                         self.fed.info.task, self.metric)
+        self._count("holdout", scores.shape[1] * sum(len(y) for _, y in self.holdouts))
         payload = self.algorithm.eval_payload(self.state)
+        self._count("evaluate", int(self.fed.sizes.sum()))
         local = self._exec(self.executor.call, "evaluate", list(range(self.fed.num_clients)), payload, self.round,
                            sent=payload)
         for k in sorted(local):
@@ -120,6 +127,7 @@ class RoundCoordinator(CoordinatorBase):
 
     def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
+        self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))
         results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
         bad = [k for k in sorted(results) if not finite(results[k])]
@@ -133,6 +141,7 @@ class RoundCoordinator(CoordinatorBase):
         red = call.reduce
         assert red is not None
         if self.cfg.ray.reduce_in_actors:
+            self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))
             flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
             self._report_late(call.op)
             self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
@@ -149,7 +158,7 @@ class RoundCoordinator(CoordinatorBase):
     def step(self) -> dict[str, Any]:
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
-        began, self._waited, self._bytes = time.perf_counter(), 0.0, 0
+        began, self._waited, self._bytes, self._work = time.perf_counter(), 0.0, 0, {}
         where = f"algorithm {self.cfg.algorithm.name!r} raised in its server half, round {t}"
         gen = plugin_call(self.algorithm.round, (self.ctx, self.state, t), where)
         try:
@@ -172,6 +181,7 @@ class RoundCoordinator(CoordinatorBase):
         # the payloads it sent and the results it received
         info["coordinator_busy_s"] = time.perf_counter() - began - self._waited
         info["coordinator_bytes"] = self._bytes
+        info["work"] = dict(self._work)  # samples per client op (and "holdout") this round
         counters = getattr(self.executor, "take_counters", None)  # the client actors' loads (Ray)
         if counters is not None:
             info.update(counters())

@@ -84,9 +84,13 @@ class StreamCoordinator(CoordinatorBase):
         self.final_after: dict[int, float] = {}
         self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
         self.finished = False
+        self._work: dict[str, int] = {}  # samples trained / passed forward since the last step's report
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "server_on_actor_s", "silent_ticks")}
+
+    def _count(self, kind: str, samples: int) -> None:
+        self._work[kind] = self._work.get(kind, 0) + int(samples)
 
     @property
     def round(self) -> int:
@@ -105,6 +109,7 @@ class StreamCoordinator(CoordinatorBase):
         if self.algorithm.has_server:
             scores = self.evaluate_clusters(self.scratch, self.algorithm.models(self.state), self.holdouts,
                                             "classification", "accuracy")
+            self._count("forward", scores.shape[1] * sum(len(y) for _, y in self.holdouts))
             self.center_scores = scores
             self.cluster_history.append(float(np.mean(np.diag(scores))))
             head = {f"acc[{s}]": float(scores[s, s]) for s in range(scores.shape[0])}
@@ -119,6 +124,10 @@ class StreamCoordinator(CoordinatorBase):
             f"algorithm {self.a.name!r} raised in its server step, upload of client {m}")
         self.totals["server_estimation_s"] += diag.get("server_s", 0.0)
         self.totals["server_forwards"] += diag.get("server_forwards", 0)
+        ledger = up.get("ledger", {})
+        self._count("train", ledger.get("train", 0))
+        self._count("forward", ledger.get("forward", 0) + diag.get("server_forwards", 0)
+                    + ("l" in up) * sum(len(y) for _, y in self.val_sets))  # F(w_m; D_k) made on the actor
         t, vt = self.state.t, up["vtime"]
         self.stale += bool(diag["stale"])
         for name, value in up["before"].items():
@@ -232,7 +241,8 @@ class StreamCoordinator(CoordinatorBase):
             self.maybe_checkpoint()
         if self.state.t >= total:
             self._finish()
-        return {"round": self.state.t, "headline": head}
+        work, self._work = self._work, {}
+        return {"round": self.state.t, "headline": head, "work": work}
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
         if self.center_scores is None and self.algorithm.has_server:
