@@ -4,7 +4,7 @@
     raysoft run --resume RUN_DIR
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
-    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip]
+    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--long-run]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
 
@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="runs/bench", help="where bench.parquet goes (default: %(default)s)")
     b.add_argument("--quick", action="store_true", help="a small version of each workload (a smoke test)")
     b.add_argument("--clients", type=int, help="W4's population N (default 1,000; the scaling table)")
+    b.add_argument("--long-run", action="store_true",
+                   help="raysoft alone, for many rounds (W1 1,000, W2 100, W3 2,000 uploads), its memory over "
+                        "time: memory.parquet, memory.md, memory.png")
     b.add_argument("--flower", default=".venv-flower",
                    help="the Flower virtual environment (created on first use), or 'skip'")
     # one measurement in a subprocess of raysoft bench: SYSTEM WORKLOAD ROUNDS QUICK(1/0) OUT_JSON [EXPORT]
@@ -117,6 +120,10 @@ def _bench(args: argparse.Namespace) -> int:
         system, workload, rounds, quick, out, *export = args.worker
         return worker(system, workload, int(rounds), quick == "1", Path(out), Path(export[0]) if export else None)
     workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
+    if args.long_run:
+        from .bench.longrun import main as long_main
+
+        return long_main(workloads, args.rounds, args.out, args.quick)
     return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 
@@ -44,8 +45,10 @@ def tree_memory_mb(root: int) -> tuple[float, float]:
 class PeakSampler:
     """Samples :func:`tree_memory_mb` of a process every ``interval`` seconds in a thread."""
 
-    def __init__(self, pid: int, interval: float = 0.2) -> None:
+    def __init__(self, pid: int, interval: float = 0.2, series: bool = False) -> None:
         self.pid, self.interval, self.peak, self.peak_pss = pid, interval, 0.0, 0.0
+        # with ``series``: every sample, as (time.monotonic(), RSS MB, PSS MB)
+        self.samples: list[tuple[float, float, float]] | None = [] if series else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -53,6 +56,8 @@ class PeakSampler:
         while not self._stop.is_set():
             rss, pss = tree_memory_mb(self.pid)
             self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
+            if self.samples is not None:
+                self.samples.append((time.monotonic(), rss, pss))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "PeakSampler":

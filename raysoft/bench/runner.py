@@ -43,13 +43,14 @@ def round_stats(times: list[float], updates: list[int]) -> tuple[float, float]:
     return float(np.median(timed)), float(sum(done) / sum(timed))
 
 
-def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None) -> tuple[dict[str, Any], PeakSampler]:
+def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
+             series: bool = False) -> tuple[dict[str, Any], PeakSampler]:
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # always a fresh local Ray of the subprocess's own
     with tempfile.TemporaryFile() as err:
         # its own process group (Ray's processes join it): a timeout kills all of them
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
-        with PeakSampler(proc.pid) as sampler:
+        with PeakSampler(proc.pid, series=series) as sampler:
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -60,7 +60,8 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     quality, metric = _quality_of(tables, summary, workload)
     return {"sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
             "total_s": total, "coordinator_busy_s_all": [c[0] for c in coordinator],
-            "coordinator_bytes_all": [c[1] for c in coordinator], "work_all": done}
+            "coordinator_bytes_all": [c[1] for c in coordinator], "work_all": done,
+            "marks": [(m[0], m[1]) for m in marks]}  # (time.monotonic(), round or upload) of each step
 
 
 def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:

@@ -1,0 +1,147 @@
+"""``raysoft bench --long-run``: does a long simulation's memory stay flat?
+
+Simulators whose memory grows round after round until the process is killed are a known
+failure of FL tools. The long-run mode runs raysoft alone on each workload for many rounds
+(W1 1,000 rounds, W2 100, W3 2,000 uploads; ``--rounds`` overrides, in rounds of N uploads for
+W3) while the sampler of :mod:`.memory` records the whole process tree's RSS and PSS every
+``interval`` seconds, each sample tagged with the round (W3: upload) it fell in. It writes
+``memory.parquet`` (``workload``, ``elapsed_s``, ``round``, ``rss_mb``, ``pss_mb``),
+``memory.md`` (per workload: the PSS after warm-up and its growth) and ``memory.png`` (each
+round's peak PSS against the round, a panel per workload).
+
+Growth: the warm-up is the first 10% of the rounds; the growth is the peak PSS of the last 10%
+of the rounds over the peak PSS of the 10% that follow the warm-up, less one. A simulation that
+leaks grows in proportion to its length; one that does not stays near 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .runner import _measure
+from .workloads import workload_config
+
+LONG_ROUNDS = {"W1": 1000, "W2": 100, "W3": 25, "W4": 20}  # W3: 25 rounds of 80 uploads = 2,000
+QUICK_ROUNDS = {"W1": 30, "W2": 20, "W3": 20, "W4": 20}
+SAMPLE_COLUMNS = ["workload", "elapsed_s", "round", "rss_mb", "pss_mb"]
+
+
+def tag_rounds(samples: list[tuple[float, float, float]], marks: list[tuple[float, int]]) -> list[tuple[float, int, float, float]]:
+    """Each sample (time, RSS, PSS) as (seconds since the first sample, the round or upload the
+    run had reached when it was taken (0 before the first mark, -1 after the last: the shut-down),
+    RSS, PSS)."""
+    times = np.array([m[0] for m in marks])
+    done = [m[1] for m in marks]
+    t0 = samples[0][0] if samples else 0.0
+    out = []
+    for t, rss, pss in samples:
+        i = int(np.searchsorted(times, t, side="right"))
+        out.append((t - t0, -1 if i == len(done) else done[i - 1] if i else 0, rss, pss))
+    return out
+
+
+def growth(rounds: np.ndarray, pss: np.ndarray, total: int) -> tuple[float, float, float]:
+    """(peak PSS after the warm-up window, its growth, peak PSS of the last 10%) for samples
+    tagged with ``rounds`` of a run of ``total`` rounds; see the module docstring."""
+    warm = max(1, int(np.ceil(0.1 * total)))
+    after = (rounds >= warm) | (rounds < 0)
+    first = pss[(rounds >= warm) & (rounds < 2 * warm)]
+    if first.size == 0:  # rounds shorter than the sampling interval: the first sample after the warm-up
+        first = pss[after][:1]
+    last = pss[(rounds >= total - warm) | (rounds < 0)]
+    if first.size == 0 or last.size == 0:
+        raise ValueError(f"too few samples to measure growth over {total} rounds")
+    return float(first.max()), float(last.max() / first.max() - 1.0), float(last.max())
+
+
+def figure(table: Any, path: Path) -> None:
+    """The peak PSS of each round against the round, one panel per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(table["workload"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        part = table[(table["workload"] == name) & (table["round"] >= 0)].groupby("round")["pss_mb"].max()
+        ax.plot(part.index, part.to_numpy() / 1024, lw=1.0)
+        ax.set_title(name)
+        ax.set_xlabel("upload" if name == "W3" else "round")
+        ax.set_ylabel("peak PSS of the process tree (GB)")
+        ax.set_ylim(0, part.max() / 1024 * 1.15)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, timeout: float | None = None) -> Any:
+    """Run raysoft alone on each workload for a long run; write memory.parquet, memory.md and
+    memory.png into ``out``; return the per-workload growth table."""
+    import pandas as pd
+
+    scratch = Path(tempfile.mkdtemp(prefix="raysoft-longrun-"))
+    samples, summary = [], []
+    for w in workloads:
+        r = rounds or (QUICK_ROUNDS if quick else LONG_ROUNDS)[w]
+        name = "W4:fedsoft" if w == "W4" else w
+        res_path = scratch / f"{w}.json"
+        cmd = [sys.executable, "-m", "raysoft.bench", "--worker", "raysoft", name, str(r), "1" if quick else "0",
+               str(res_path)]
+        res, sampler = _measure(f"{name} raysoft (long run)", cmd, res_path, timeout, series=True)
+        total = r * workload_config(name, 2, quick)["data"]["clients"] if w == "W3" else r
+        tagged = tag_rounds(sampler.samples or [], res["marks"])
+        samples += [(w, *s) for s in tagged]
+        rr, pss = np.array([s[1] for s in tagged]), np.array([s[3] for s in tagged])
+        start, grew, end = growth(rr, pss, total)
+        summary.append({"workload": w, "rounds": total, "pss_after_warmup_mb": start, "pss_end_mb": end,
+                        "growth": grew, "peak_pss_mb": sampler.peak_pss, "total_s": res["total_s"]})
+        print(f"{name} long run: {total} {'uploads' if w == 'W3' else 'rounds'}, PSS {start:.0f} -> {end:.0f} MB "
+              f"({grew:+.1%})", file=sys.stderr)
+    table = pd.DataFrame(samples, columns=SAMPLE_COLUMNS)
+    growth_table = pd.DataFrame(summary)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".memory.parquet.tmp"
+    table.to_parquet(tmp, index=False)
+    os.replace(tmp, out / "memory.parquet")
+    figure(table, out / "memory.png")
+    (out / "memory.md").write_text(markdown(growth_table))
+    return growth_table
+
+
+def markdown(table: Any) -> str:
+    lines = ["| workload | rounds (W3: uploads) | PSS after warm-up (MB) | PSS at the end (MB) | growth | "
+             "peak PSS (MB) | total s |", "|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['workload']} | {int(r['rounds']):,} | {r['pss_after_warmup_mb']:.0f} | "
+                     f"{r['pss_end_mb']:.0f} | {r['growth']:+.1%} | {r['peak_pss_mb']:.0f} | {r['total_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool) -> int:
+    """``raysoft bench --long-run``: prints the growth table, then (last line) the directory
+    holding memory.parquet. Bad input: one line, exit 2; a run that fails: one line, exit 1."""
+    from ..config import ConfigError
+
+    try:
+        for w in workloads:
+            workload_config(w, 2)
+        if rounds is not None and rounds < 20:
+            raise ConfigError("--rounds: a long run needs at least 20 rounds (its warm-up is the first 10%)")
+        table = long_run(workloads, rounds, Path(out), quick)
+    except ConfigError as err:
+        print(f"raysoft bench: {err}", file=sys.stderr)
+        return 2
+    except (RuntimeError, ValueError) as err:
+        print(f"raysoft bench: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(markdown(table), end="")
+    print(Path(out).resolve())
+    return 0

@@ -1,0 +1,81 @@
+"""raysoft bench --long-run: samples tagged with rounds, the growth measure, and a short run
+whose memory must stay flat."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raysoft.bench.floor import floor_of_run
+from raysoft.bench.longrun import growth, tag_rounds
+from raysoft.bench.workloads import workload_config
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_samples_are_tagged_with_the_round_reached_and_the_shutdown_with_minus_one():
+    samples = [(10.0, 1, 5), (10.5, 1, 6), (11.2, 1, 7), (12.0, 1, 8), (13.5, 1, 9)]
+    marks = [(10.4, 1), (11.2, 2), (12.9, 3)]
+    tagged = tag_rounds(samples, marks)
+    assert [t[1] for t in tagged] == [0, 1, 2, 2, -1]
+    assert [t[0] for t in tagged] == pytest.approx([0.0, 0.5, 1.2, 2.0, 3.5])
+    assert [t[3] for t in tagged] == [5, 6, 7, 8, 9]
+
+
+def test_growth_compares_the_last_tenth_with_the_tenth_after_the_warm_up():
+    rounds = np.arange(0, 100)
+    flat = np.full(100, 1000.0)
+    flat[:10] = 5000.0  # the warm-up's spike does not count
+    assert growth(rounds, flat, 100) == (1000.0, 0.0, 1000.0)
+    leak = 1000.0 + 10.0 * rounds  # 10 MB a round
+    start, grew, end = growth(rounds, leak, 100)
+    assert (start, end) == (1190.0, 1990.0) and grew == pytest.approx(1990 / 1190 - 1)
+    with pytest.raises(ValueError, match="too few samples"):
+        growth(np.array([0, 1]), np.array([1.0, 2.0]), 100)
+
+
+def test_floor_of_a_run_prices_training_per_epoch_and_estimation_per_center(monkeypatch):
+    """W4-FedSoft's floor: a train op's samples times the epochs times a training step's FLOP,
+    FedSoft's estimate times the centers times a forward pass, anything else one forward pass."""
+    import raysoft.bench.floor as floor
+
+    monkeypatch.setattr(floor, "flop_per_sample", lambda cfg: 3e6)
+    monkeypatch.setattr(floor, "forward_flop_per_sample", lambda cfg: 1e6)
+    monkeypatch.setattr(floor, "matmul_gflops", lambda: 100.0)
+    raw = workload_config("W4:fedsoft", 4, quick=True)
+    raw["train"] = {**raw["train"], "local_epochs": 2}
+    run = {"work_all": [{"train": 1000, "estimate": 500}, {"train": 2000, "evaluate": 300, "holdout": 100}],
+           "updates": [6, 6]}
+    res = floor_of_run("W4", raw, run)
+    # (1000*2*3e6 + 500*2 centers*1e6) / 1e9 / 100 = 0.07; (2000*2*3e6 + 400*1e6) / 1e11 = 0.124
+    assert res["sec_per_round_all"] == pytest.approx([0.07, 0.124])
+    w3 = floor_of_run("W3", workload_config("W3", 2, quick=True), {"work_all": [{"train": 1000, "forward": 500}],
+                                                                     "updates": [8]})
+    assert w3["sec_per_round_all"] == pytest.approx([(1000 * 3e6 + 500 * 1e6) / 1e11])  # a stream counts epochs itself
+
+
+@pytest.mark.slow
+def test_a_short_long_run_writes_its_memory_and_stays_flat(tmp_path):
+    out = tmp_path / "long"
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--long-run", "--quick", "--workload", "W1",
+                           "--rounds", "20", "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == str(out.resolve())
+    table = pd.read_parquet(out / "memory.parquet")
+    assert list(table.columns) == ["workload", "elapsed_s", "round", "rss_mb", "pss_mb"]
+    assert table["round"].max() >= 1 and table["round"].min() == -1  # samples during the rounds and the shut-down
+    assert (out / "memory.png").stat().st_size > 0
+    row = [ln for ln in (out / "memory.md").read_text().splitlines() if ln.startswith("| W1 |")][0]
+    grew = float(row.split("|")[5].strip().rstrip("%")) / 100
+    assert grew <= 0.05, row
+
+
+def test_long_run_refuses_too_few_rounds(capsys):
+    from raysoft.cli import main
+
+    assert main(["bench", "--long-run", "--workload", "W1", "--rounds", "5"]) == 2
+    assert "at least 20 rounds" in capsys.readouterr().err
