@@ -46,12 +46,12 @@ def _sgd_epochs(model, opt, x, y, task, cfg, rng) -> None:
 
 def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, Any]:
     """FedAvg as a plain loop; ``export`` writes its clients, selections and initial model for
-    Flower."""
+    Flower and pfl (``raysoft/bench/flower.py`` and ``pfl_bench.py`` say what the file holds)."""
     import torch
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     from ..algorithms.common import uniform_selection
-    from ..rng import numpy_rng
+    from ..rng import numpy_rng, seed_sequence
 
     start = time.monotonic()
     cfg, fed, ctx, data, build_model = _bare_setup(raw)
@@ -70,6 +70,9 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
             lr=cfg.train.lr, momentum=cfg.train.momentum, batch_size=cfg.train.batch_size,
             local_epochs=cfg.train.local_epochs, seed=cfg.seed, channels=np.array(cfg.model.channels),
             hidden=cfg.model.hidden, classes=fed.info.num_outputs,
+            # for pfl: which loop this is, and the batch orders' stream (client k, round t):
+            # np.random.default_rng(SeedSequence([*shuffle_entropy, k, t])), as numpy_rng's
+            algorithm="fedavg", shuffle=cfg.train.shuffle, shuffle_entropy=_entropy(seed_sequence(cfg.seed, "shuffle")),
         )
         np.savez(export, **arrays)
     local = ctx.new_model("center", 0)
@@ -93,14 +96,22 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
             "quality_metric": "accuracy", "total_s": time.monotonic() - start}
 
 
-def bare_fedsoft(raw: dict[str, Any]) -> dict[str, Any]:
-    """FedSoft (Algorithm 1) as a plain loop over clients, with FedSoft's pure sub-steps."""
+def _entropy(seq: "np.random.SeedSequence") -> np.ndarray:
+    """A seed sequence's entropy as int64s (its parts are below 2**63): the stream's prefix,
+    to which a script appends the stream's indices."""
+    return np.array(seq.entropy, dtype=np.int64)
+
+
+def bare_fedsoft(raw: dict[str, Any], export: Path | None = None) -> dict[str, Any]:
+    """FedSoft (Algorithm 1) as a plain loop over clients, with FedSoft's pure sub-steps;
+    ``export`` writes its clients, initial models, hyperparameters and random streams for pfl
+    (``raysoft/bench/pfl_bench.py`` says what the file holds)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     from ..algorithms.fedsoft import importance_weights, select_clients, selection_probabilities
-    from ..rng import numpy_rng
+    from ..rng import numpy_rng, seed_sequence
 
     start = time.monotonic()
     cfg, fed, ctx, data, build_model = _bare_setup(raw)
@@ -110,6 +121,26 @@ def bare_fedsoft(raw: dict[str, Any]) -> dict[str, Any]:
     models = [ctx.new_model("client_init") for _ in range(N)]
     opts = [torch.optim.Adam(m.parameters(), lr=cfg.train.lr) for m in models]
     scratch = ctx.new_model("client_init")
+    if export is not None:
+        arrays: dict[str, Any] = {f"center_{s}": centers[s].numpy() for s in range(S)}
+        arrays["client_init"] = parameters_to_vector(models[0].parameters()).detach().numpy()
+        for k, d in enumerate(data):
+            arrays[f"x_{k}"], arrays[f"y_{k}"] = d.x.numpy(), d.y.numpy()
+        for s in range(fed.num_distributions):
+            x, y = fed.holdout(s)
+            arrays[f"x_test_{s}"], arrays[f"y_test_{s}"] = x.numpy(), y.numpy()
+        arrays.update(
+            algorithm="fedsoft", num_clients=N, num_centers=S, num_distributions=fed.num_distributions,
+            sizes=np.asarray(fed.sizes, dtype=np.int64), dim=fed.info.input_dim, rounds=a.rounds,
+            clients_per_round=a.clients_per_round, estimation_interval=a.estimation_interval, sigma=a.sigma,
+            prox_weight=lam, lr=cfg.train.lr, batch_size=cfg.train.batch_size, local_epochs=cfg.train.local_epochs,
+            seed=cfg.seed,
+            # the streams of round t's selection and of client k's batch orders in round t:
+            # np.random.default_rng(SeedSequence([*select_entropy, t])), ([*shuffle_entropy, k, t])
+            select_entropy=_entropy(seed_sequence(cfg.seed, "select")),
+            shuffle_entropy=_entropy(seed_sequence(cfg.seed, "shuffle")),
+        )
+        np.savez(export, **arrays)
     u = np.full((N, S), 1.0 / S)
     times, updates = [], []
     for t in range(a.rounds):

@@ -66,7 +66,7 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:
     """Measure ``system`` on ``workload`` and write the result to the JSON file ``out`` (``export``:
-    where the bare FedAvg loop writes its clients for Flower). Started by :func:`raysoft.bench.bench`
+    where the bare loop writes its clients for Flower and pfl). Started by :func:`raysoft.bench.bench`
     as ``python -m raysoft.bench --worker SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]``
     (QUICK: 1 or 0), whose arguments raysoft/cli.py parses."""
     raw = workload_config(workload, rounds, quick)
@@ -79,7 +79,7 @@ def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, expo
         # own run of the workload (``export``: its result), which must come first
         res = floor_w2(raw) if workload == "W2" else floor_of_run(workload, raw, json.loads(Path(export).read_text()))
     elif workload == "W1":
-        res = bare_fedsoft(raw)
+        res = bare_fedsoft(raw, export)
     else:
         res = bare_fedavg(raw, export)
     out.write_text(json.dumps(res))
