@@ -4,7 +4,8 @@
     raysoft run --resume RUN_DIR
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
-    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--long-run]
+    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip]
+                  [--long-run]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
 
@@ -77,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run directories (as `raysoft run` prints), or `raysoft compare` directories (their runs)")
     rp.add_argument("--out", help="where comparison_report.md goes when several runs are given "
                                   "(default: the first run's parent directory)")
-    b = sub.add_parser("bench", help="seconds per round against the bare loop and Flower",
-                       description="Seconds per round of raysoft against the bare loop and Flower.",
+    b = sub.add_parser("bench", help="seconds per round against the bare loop, Flower and pfl",
+                       description="Seconds per round of raysoft against the bare loop, Flower and pfl.",
                        error_prefix="raysoft bench")
     b.add_argument("--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3, W4 (default: W1-W3; W4 is N = 1,000)")
     b.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, "
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "time: memory.parquet, memory.md, memory.png")
     b.add_argument("--flower", default=".venv-flower",
                    help="the Flower virtual environment (created on first use), or 'skip'")
+    b.add_argument("--pfl", default=".venv-pfl",
+                   help="the virtual environment of pfl 0.6.0, Apple's pfl-research, the peer of W1 and W2 "
+                        "(created on first use), or 'skip' (default: %(default)s)")
     # one measurement in a subprocess of raysoft bench: SYSTEM WORKLOAD ROUNDS QUICK(1/0) OUT_JSON [EXPORT]
     b.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     sw = sub.add_parser("sweep", help="a grid of runs (seeds included) as Ray Tune trials")
@@ -124,7 +128,7 @@ def _bench(args: argparse.Namespace) -> int:
         from .bench.longrun import main as long_main
 
         return long_main(workloads, args.rounds, args.out, args.quick)
-    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients)
+    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients, args.pfl)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,7 +139,8 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     out = tmp_path / "bench"
     write_learnable_fmnist(tmp_path / "fmnist")
     env = {**os.environ, "RAYSOFT_DATA": str(tmp_path / "fmnist")}
-    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--quick", "--flower", "skip", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--quick", "--flower", "skip", "--pfl", "skip",
+                           "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == str(out.resolve())
@@ -147,7 +148,7 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     assert list(table.columns) == COLUMNS
     assert [tuple(r) for r in table[["workload", "system", "algorithm"]].values] == [
         ("W1", "raysoft", "fedsoft"), ("W1", "bare", "fedsoft"), ("W2", "raysoft", "fedavg"), ("W2", "bare", "fedavg"),
-        ("W2", "floor", "fedavg"), ("W3", "raysoft", "ccfl")]
+        ("W2", "floor", "fedavg"), ("W3", "raysoft", "ccfl"), ("W3", "floor", "ccfl")]
     assert (table["sec_per_round"] > 0).all() and (table["updates_per_s"] > 0).all()
     w2 = table[table["workload"] == "W2"].set_index("system")
     assert np.isnan(w2.loc["floor", "quality"]) and "MFLOP/sample" in w2.loc["floor", "quality_metric"]

@@ -1,4 +1,4 @@
-"""``raysoft bench``: seconds per round of raysoft against the bare loop and Flower.
+"""``raysoft bench``: seconds per round of raysoft against the bare loop, Flower and pfl.
 
 Each (workload, system) pair runs in a subprocess of this command (one process tree, one
 sitting) while a sampler sums the resident memory of that subprocess and all its descendants
@@ -12,7 +12,11 @@ sitting) while a sampler sums the resident memory of that subprocess and all its
   implementation;
 * ``flower``: W2's FedAvg in Flower's Ray simulation, in a virtual environment of its own
   (Flower pins another Ray release), on the very clients, selections and initial model of the
-  bare loop (exported to an ``.npz``); see :mod:`raysoft.bench.flower`.
+  bare loop (exported to an ``.npz``); see :mod:`raysoft.bench.flower`;
+* ``pfl``: W1's FedSoft (written as a pfl algorithm) and W2's FedAvg in pfl 0.6.0's simulation
+  (Apple's pfl-research; two worker processes), in a virtual environment of its own (pfl pins
+  an older ``packaging``), on the bare loop's exported clients, initial models and random
+  streams; see :mod:`raysoft.bench.pfl_bench`.
 
 A round's time is the median over the rounds after the first (the warm-up); for W3 (a stream)
 a "round" is N uploads, one per client on average.
@@ -20,8 +24,9 @@ a "round" is N uploads, one per client on average.
 The modules: :mod:`.workloads` (W1-W3 and their systems), :mod:`.memory` (a process tree's
 RSS and PSS), :mod:`.bare` (the bare loop), :mod:`.worker` (one measurement, in a subprocess:
 ``python -m raysoft.bench --worker ...``), :mod:`.runner` (the orchestration, bench.parquet and
-bench.md), :mod:`.flower_env` (Flower's venv) and :mod:`.flower` (a standalone script run by
-that venv's python; it imports neither raysoft nor this package).
+bench.md), :mod:`.venvs` (the peers' venvs and running a script in one), :mod:`.flower_env`
+(Flower's venv) and :mod:`.flower`, :mod:`.pfl_env` (pfl's venv) and :mod:`.pfl_bench` (standalone
+scripts run by those venvs' python; they import neither raysoft nor this package).
 """
 
 from .memory import PeakSampler, children_map, tree_memory_mb

@@ -1,5 +1,5 @@
 """``raysoft bench``'s orchestration: every (workload, system) in a subprocess of its own
-(Flower in its venv), their timings and peak memory in ``bench.parquet`` and ``bench.md``."""
+(Flower and pfl in their venvs), their timings and peak memory in ``bench.parquet`` and ``bench.md``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import ConfigError
 from .memory import PeakSampler, tree_memory_mb
-from .workloads import DEFAULT_ROUNDS, SYSTEMS, variants, workload_config
+from .workloads import DEFAULT_ROUNDS, PEERS, SYSTEMS, variants, workload_config
 
 COLUMNS = ["workload", "system", "algorithm", "clients", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
            "updates_per_round",
@@ -64,10 +64,43 @@ def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
     return json.loads(out_json.read_text()), sampler
 
 
+def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
+              timeout: float | None) -> tuple[dict[str, Any], PeakSampler]:
+    """Flower or pfl, from its venv (made first if need be), on the bare loop's ``export``; its
+    result in the runner's terms and its memory (the peak of this process and its children,
+    less this process's own)."""
+    if system == "flower":
+        from .flower_env import ensure_flower_venv, run_flower
+
+        python = ensure_flower_venv(venv_dir)
+
+        def run() -> dict[str, Any]:
+            return run_flower(python, export, out_json, num_actors=2, timeout=timeout)
+    else:
+        from .pfl_env import ensure_pfl_venv, run_pfl
+
+        python = ensure_pfl_venv(venv_dir)
+
+        def run() -> dict[str, Any]:
+            return run_pfl(python, export, out_json, workers=2, timeout=timeout)
+
+    own = tree_memory_mb(os.getpid())  # this process alone: no children now
+    with PeakSampler(os.getpid()) as sampler:  # this process plus the peer's tree
+        peer = run()
+    sampler.peak, sampler.peak_pss = sampler.peak - own[0], sampler.peak_pss - own[1]
+    times = peer["sec_per_round"]
+    if system == "flower":
+        quality, metric, updates = peer["accuracy"], "accuracy", [peer["clients_per_round"]] * len(times)
+    else:
+        quality, metric, updates = peer["quality"], peer["quality_metric"], peer["updates"]
+    return {"sec_per_round_all": times, "quality": quality, "quality_metric": metric, "total_s": peer["total_s"],
+            "updates": updates}, sampler
+
+
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
-          timeout: float | None = None, clients: int | None = None) -> "Any":
+          timeout: float | None = None, clients: int | None = None, pfl: str = ".venv-pfl") -> "Any":
     """Run every (workload, system); write ``bench.parquet`` and return its table. ``clients``:
-    W4's population (default 1,000)."""
+    W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``."""
     import pandas as pd
 
     rows = []
@@ -79,22 +112,15 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
         export = scratch / f"{w}.npz"
         for system in SYSTEMS[w]:
             res_path = scratch / f"{name.replace(':', '-')}-{system}.json"
-            if system == "flower":
-                if flower == "skip":
+            if system in PEERS:
+                venv_dir = {"flower": flower, "pfl": pfl}[system]
+                if venv_dir == "skip":
                     continue
-                from .flower_env import ensure_flower_venv, run_flower
-
-                own = tree_memory_mb(os.getpid())  # this process alone: no children now
-                with PeakSampler(os.getpid()) as sampler:  # this process plus Flower's tree
-                    flwr = run_flower(ensure_flower_venv(Path(flower)), export, res_path, num_actors=2,
-                                      timeout=timeout)
-                sampler.peak, sampler.peak_pss = sampler.peak - own[0], sampler.peak_pss - own[1]
-                res = {"sec_per_round_all": flwr["sec_per_round"], "quality": flwr["accuracy"],
-                       "quality_metric": "accuracy", "total_s": flwr["total_s"],
-                       "updates": [flwr["clients_per_round"]] * len(flwr["sec_per_round"])}
+                res, sampler = _run_peer(system, Path(venv_dir), export, res_path, timeout)
             else:
-                # the bare W2 loop exports its clients for Flower; W3's and W4's floors read raysoft's run
-                extra = ([str(export)] if system == "bare" and w == "W2" else
+                # the bare W1 and W2 loops export their clients for Flower and pfl; W3's and W4's
+                # floors read raysoft's run
+                extra = ([str(export)] if system == "bare" and w in ("W1", "W2") else
                          [str(scratch / f"{name.replace(':', '-')}-raysoft.json")] if system == "floor" and w != "W2"
                          else [])
                 cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, name, str(r), "1" if quick else "0",
@@ -148,7 +174,7 @@ def markdown(table: "Any") -> str:
 
 
 def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
-         clients: int | None = None) -> int:
+         clients: int | None = None, pfl: str = ".venv-pfl") -> int:
     """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
     line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
     that fails or times out: one line, exit 1."""
@@ -161,7 +187,7 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
             if "W4" not in workloads:
                 raise ConfigError("--clients: sets W4's population; add W4 to --workload")
             workload_config(f"W4@{clients}", 2)
-        table = bench(workloads, rounds, Path(out), quick, flower, clients=clients)
+        table = bench(workloads, rounds, Path(out), quick, flower, clients=clients, pfl=pfl)
     except ConfigError as err:
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2

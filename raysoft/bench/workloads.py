@@ -8,8 +8,9 @@ from ..config import ConfigError
 
 WORKLOADS = ("W1", "W2", "W3", "W4")
 # raysoft first: W3's and W4's floors count the work of its run
-SYSTEMS = {"W1": ("raysoft", "bare"), "W2": ("raysoft", "bare", "flower", "floor"), "W3": ("raysoft", "floor"),
-           "W4": ("raysoft", "floor")}
+SYSTEMS = {"W1": ("raysoft", "bare", "pfl"), "W2": ("raysoft", "bare", "flower", "pfl", "floor"),
+           "W3": ("raysoft", "floor"), "W4": ("raysoft", "floor")}
+PEERS = ("flower", "pfl")  # systems run from a venv of their own on the bare loop's export
 VARIANTS = {"W4": ("fedsoft", "fedavg")}  # W4 runs as each of these algorithms: a row each
 DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0, "W4": 4}  # W3: 0 = 200 uploads
 
