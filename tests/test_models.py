@@ -130,3 +130,32 @@ def test_channels_last_is_the_same_function():
 def test_a_model_that_does_not_fit_the_data_is_an_error(name, info):
     with pytest.raises(ValueError, match=name):
         build_model(ModelConfig(name=name), info, _gen(0))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2, 2), (3, 2, 7, 9), (8, 4, 14, 14), (33, 16, 28, 28)])
+def test_maxpool2x2_gives_max_pool2d_values_gradients_and_layout_bit_for_bit(shape):
+    """raysoft's 2x2 pooling (a faster CPU path for NCHW batches) against nn.MaxPool2d(2): the
+    same values, the same gradient (ties, which ReLU's zeros and blank image borders make common,
+    routed to the first maximum; a -0.0 gradient as the kernel adds it to a zero), the same
+    output layout, on one thread as the clients train."""
+    from raysoft.models import MaxPool2x2
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.relu(torch.randn(shape, generator=gen)).round()  # many equal values
+        for layout in (torch.contiguous_format, torch.channels_last):
+            xs = [x.clone(memory_format=layout).requires_grad_() for _ in range(2)]
+            ys = [torch.nn.MaxPool2d(2)(xs[0]), MaxPool2x2()(xs[1])]
+            assert torch.equal(ys[0], ys[1]) and ys[0].stride() == ys[1].stride()
+            g = torch.randn(ys[0].shape, generator=gen)
+            g.view(-1)[0] = -0.0
+            for x_, y_ in zip(xs, ys):
+                y_.backward(g)
+            assert torch.equal(xs[0].grad, xs[1].grad) and torch.equal(xs[0].grad.signbit(), xs[1].grad.signbit())
+            assert xs[0].grad.stride() == xs[1].grad.stride()
+            with torch.no_grad():
+                assert torch.equal(torch.nn.MaxPool2d(2)(xs[0]), MaxPool2x2()(xs[0]))
+    finally:
+        torch.set_num_threads(before)

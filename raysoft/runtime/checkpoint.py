@@ -59,7 +59,7 @@ def checkpoint_types() -> list[Any]:
         *(c for c in vars(settings).values() if isinstance(c, type) and issubclass(c, settings.AlgorithmConfig)),
         # optimizers and the models a client keeps (and their layers)
         optim.Adam, optim.SGD,
-        models.LinearRegression, models.Logistic, models.ConvNet, models.CifarCNN,
+        models.LinearRegression, models.Logistic, models.ConvNet, models.CifarCNN, models.MaxPool2x2,
         nn.Linear, nn.Conv2d, nn.ReLU, nn.MaxPool2d, nn.Flatten, nn.Sequential, nn.GroupNorm, nn.Identity,
         nn.AdaptiveAvgPool2d,
         # numpy arrays and scalars
