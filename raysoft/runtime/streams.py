@@ -25,6 +25,8 @@ every evaluation; the means over all uploads are ``cli_bfr_all_uploads`` / ``cli
 
 from __future__ import annotations
 
+import time
+
 from typing import Any
 
 import numpy as np
@@ -209,6 +211,7 @@ class StreamCoordinator(CoordinatorBase):
         client's next tick bounds its upload time from below)."""
         total = int(self.a.rounds)
         n = self.cfg.data.clients
+        began, waited = time.perf_counter(), 0.0
         # a client that has not joined yet is due when nothing earlier is left to apply: it then
         # fetches the server's current initialisation tuple (w, t), as a newcomer does
         frontier = float(self._keys().min())
@@ -217,7 +220,9 @@ class StreamCoordinator(CoordinatorBase):
             payload = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
             if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
                 payload.update(self.algorithm.cold_start(self.state, self.initial_models))
+            tick = time.perf_counter()
             done = self.executor.call("stream_step", need, payload, self.state.t)
+            waited = time.perf_counter() - tick
             for m in sorted(done):
                 done[m]["vtime"] = self._upload_time(m, done[m]["silent"])
             self.computed.update(done)
@@ -242,7 +247,14 @@ class StreamCoordinator(CoordinatorBase):
         if self.state.t >= total:
             self._finish()
         work, self._work = self._work, {}
-        return {"round": self.state.t, "headline": head, "work": work}
+        # the coordinator's own seconds (applying the uploads: the server steps, evaluations,
+        # checkpoints) and the clients it waited for
+        info = {"round": self.state.t, "headline": head, "work": work, "trained": len(need),
+                "coordinator_busy_s": time.perf_counter() - began - waited, "coordinator_bytes": 0}
+        counters = getattr(self.executor, "take_counters", None)
+        if counters is not None:
+            info.update(counters())
+        return info
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
         if self.center_scores is None and self.algorithm.has_server:
