@@ -200,6 +200,17 @@ class StreamCoordinator(CoordinatorBase):
                          else self.next_time[m] if m in self.replies else self.joins[m]
                          for m in range(self.cfg.data.clients)])
 
+    def _step_costs(self) -> np.ndarray:
+        """Each client's next step in forward passes (a training sample counts three: its forward
+        and backward), for ``ray.balance: cost``: its next dataset's training epochs, its Cli Bfr
+        and Cli Aft, and F(w_m; D_k) on the server's validation sets. Only where clients run
+        depends on it, never a number."""
+        epochs = self.a.local_epochs or self.cfg.train.local_epochs
+        val = sum(len(y) for _, y in self.val_sets)
+        sizes = np.array([self.drift.shares(m, int(self.ticks[m]) if self.a.drift else 0)[0]
+                          for m in range(self.cfg.data.clients)], dtype=np.float64)
+        return 3 * epochs * sizes + 2 * sizes / 5 + val
+
     def _upload_time(self, m: int, silent: int) -> float:
         """The virtual time of client m's computed upload: its next tick, plus the ticks it let
         pass silently (upload_policy shift)."""
@@ -220,6 +231,8 @@ class StreamCoordinator(CoordinatorBase):
             payload = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
             if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
                 payload.update(self.algorithm.cold_start(self.state, self.initial_models))
+            if hasattr(self.executor, "set_costs"):  # balanced steps (ray.balance: cost)
+                self.executor.set_costs(self._step_costs())
             tick = time.perf_counter()
             done = self.executor.call("stream_step", need, payload, self.state.t)
             waited = time.perf_counter() - tick
