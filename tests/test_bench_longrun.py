@@ -79,3 +79,14 @@ def test_long_run_refuses_too_few_rounds(capsys):
 
     assert main(["bench", "--long-run", "--workload", "W1", "--rounds", "5"]) == 2
     assert "at least 20 rounds" in capsys.readouterr().err
+
+
+def test_a_streams_rounds_group_steps_until_n_uploads():
+    from raysoft.bench.worker import stream_rounds
+
+    marks = [(0.0, 0), (2.0, 30), (3.0, 80), (7.0, 100), (9.0, 200), (10.0, 210)]
+    work = [{}, {"train": 30}, {"train": 50}, {"train": 20}, {"train": 100}, {"train": 10}]
+    times, done = stream_rounds(marks, work, 80)
+    # steps 1-2: 80 uploads in 3 s; steps 3-4: 120 uploads in 6 s -> 4 s per 80; step 5: 10 in 1 s -> 8 s per 80
+    assert times == pytest.approx([3.0, 4.0, 8.0])
+    assert [d["train"] for d in done] == pytest.approx([80.0, 80.0, 80.0])

@@ -27,6 +27,31 @@ def _quality_of(tables: dict[str, Any], summary: dict[str, Any], workload: str) 
     return float(acc.groupby("eval_dist")["value"].max().mean()), "cluster accuracy"
 
 
+def stream_rounds(marks: list[tuple[float, int]], work: list[dict[str, Any]],
+                  n: int) -> tuple[list[float], list[dict[str, float]]]:
+    """A stream's "rounds" of ``n`` uploads from its steps' progress marks (time, uploads applied
+    so far) and the work reported with each: consecutive steps are taken together until they
+    applied at least ``n`` uploads (a last group may hold fewer), and each group's seconds and
+    work are scaled to ``n`` uploads. A step applies a varying number of uploads (it trains the
+    clients whose replies are due, then applies uploads up to the next one not computed), so
+    one step alone is a poor sample of the rate."""
+    times: list[float] = []
+    done: list[dict[str, float]] = []
+    dt, du, acc = 0.0, 0, {}  # type: ignore[var-annotated]
+    for (t0, r0), (t1, r1), w in zip(marks, marks[1:], work[1:]):
+        dt, du = dt + t1 - t0, du + r1 - r0
+        for kind, v in w.items():
+            acc[kind] = acc.get(kind, 0) + v
+        if du >= n:
+            times.append(dt * n / du)
+            done.append({kind: v * n / du for kind, v in acc.items()})
+            dt, du, acc = 0.0, 0, {}
+    if du > 0:
+        times.append(dt * n / du)
+        done.append({kind: v * n / du for kind, v in acc.items()})
+    return times, done
+
+
 def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     from ..api import check_data
     from ..backends import run_backend
@@ -46,13 +71,8 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     tables, summary = run_backend(cfg, "bench", on_progress)
     total = time.monotonic() - start
     if workload == "W3":  # a "round" is N uploads; the first advance is the initial evaluation
-        n = cfg.data.clients
-        times, updates, done = [], [], []
-        for (t0, r0, _), (t1, r1, _), w in zip(marks[1:], marks[2:], work[2:]):
-            if r1 > r0:
-                times.append((t1 - t0) * n / (r1 - r0))
-                updates.append(n)
-                done.append({kind: v * n / (r1 - r0) for kind, v in w.items()})
+        times, done = stream_rounds([(m[0], m[1]) for m in marks[1:]], work[1:], cfg.data.clients)
+        updates = [cfg.data.clients] * len(times)
     else:
         times = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
         updates = [b[2] for b in marks[1:]]
