@@ -90,3 +90,14 @@ def test_a_streams_rounds_group_steps_until_n_uploads():
     # steps 1-2: 80 uploads in 3 s; steps 3-4: 120 uploads in 6 s -> 4 s per 80; step 5: 10 in 1 s -> 8 s per 80
     assert times == pytest.approx([3.0, 4.0, 8.0])
     assert [d["train"] for d in done] == pytest.approx([80.0, 80.0, 80.0])
+
+
+def test_a_floor_row_is_compared_with_raysoft_of_its_own_algorithm():
+    from raysoft.bench import markdown
+
+    rows = [{"workload": "W4", "system": s, "algorithm": a, "clients": 1000, "sec_per_round": sec, "updates_per_s": 1.0,
+             "peak_rss_mb": 1.0, "peak_pss_mb": 1.0, "quality": float("nan"), "quality_metric": "-"}
+            for s, a, sec in (("raysoft", "fedsoft", 80.0), ("floor", "fedsoft", 40.0), ("raysoft", "fedavg", 10.0),
+                              ("floor", "fedavg", 5.0))]
+    floors = [ln for ln in markdown(pd.DataFrame(rows)).splitlines() if "| floor |" in ln]
+    assert all("| 0.50× |" in ln for ln in floors), floors

@@ -162,7 +162,8 @@ def markdown(table: "Any") -> str:
              "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")]["sec_per_round"]
+        ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")
+                    & (table["algorithm"] == r["algorithm"])]["sec_per_round"]  # W4: each algorithm's own
         ratio = "–" if r["system"] == "raysoft" or ray.empty else f"{r['sec_per_round'] / float(ray.iloc[0]):.2f}×"
         quality = _num(r["quality"], ".4g")
         lines.append(f"| {r['workload']} | {r['system']} | {r.get('algorithm', '–')} | {_count(r.get('clients'))} | "
