@@ -18,10 +18,16 @@ sitting) while a sampler sums the resident memory of that subprocess and all its
   an older ``packaging``), on the bare loop's exported clients, initial models and random
   streams; see :mod:`raysoft.bench.pfl_bench`.
 
-A round's time is the median over the rounds after the first (the warm-up); for W3 (a stream)
-a "round" is N uploads, one per client on average.
+* ``floor``: a round's arithmetic at this sitting's matrix-multiply rate (:mod:`.floor`): for W2
+  from FedAvg's selection stream, for W3 and W4 from the work raysoft's own run reported.
 
-The modules: :mod:`.workloads` (W1-W3 and their systems), :mod:`.memory` (a process tree's
+A round's time is the median over the rounds after the first (the warm-up); for W3 (a stream)
+a "round" is N uploads, one per client on average, measured over groups of steps that applied
+at least N. ``--long-run`` (:mod:`.longrun`) runs raysoft alone for many rounds and records its
+memory over time.
+
+The modules: :mod:`.workloads` (W1-W4 and their systems), :mod:`.floor` (the floors),
+:mod:`.longrun` (the long-run memory mode), :mod:`.memory` (a process tree's
 RSS and PSS), :mod:`.bare` (the bare loop), :mod:`.worker` (one measurement, in a subprocess:
 ``python -m raysoft.bench --worker ...``), :mod:`.runner` (the orchestration, bench.parquet and
 bench.md), :mod:`.venvs` (the peers' venvs and running a script in one), :mod:`.flower_env`
