@@ -151,7 +151,10 @@ def test_a_script_without_json_is_an_error(tmp_path):
 
 def test_a_script_past_its_timeout_is_stopped_with_its_group(tmp_path):
     marker = tmp_path / "child.pid"
-    body = ("import subprocess\n"
+    body = ("import signal, subprocess\n"
+            # Python raises KeyboardInterrupt on SIGINT only if SIGINT was not ignored when it
+            # started, and a child inherits an ignored SIGINT from this test process's state
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             # a child of the script left behind (not holding the script's pipes, as pfl's ranks)
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
