@@ -50,8 +50,7 @@ def step_fn(cfg: Config, batch: int) -> Callable[[], None]:
     """One SGD training step of the workload's CNN on ``batch`` real client images (the step's
     cost depends on the pixel values: random inputs ran slower in unscripted trials)."""
     x, y = _images(cfg, batch)
-    info = DataInfo(int(np.prod(x.shape[1:])), 10, "classification", tuple(x.shape[1:]))
-    model = build_model(cfg.model, info)
+    model = _model(cfg, x)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def step() -> None:

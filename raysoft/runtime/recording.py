@@ -37,11 +37,22 @@ class CoordinatorBase:
         self.started = False  # the initial evaluation is done
         self.stopped_at: int | None = None  # the round at which a callback stopped the run
         self.rows_sent = 0  # metric rows already handed to the driver's callbacks
+        self._work: dict[str, int] = {}  # samples per kind of work since the last report (raysoft bench's floors)
         for actor, where in enumerate(executor.placement):
             for k in where["clients"]:
                 self.recorder.add("placement", client=k, actor=actor, node_id=where["node_id"])
         if hasattr(executor, "on_event"):
             executor.on_event = self.event
+
+    def _count(self, kind: str, samples: int) -> None:
+        """Add ``samples`` to the work of ``kind`` (a client op, an evaluation; for a stream the
+        samples trained or passed forward) that the next progress report carries."""
+        self._work[kind] = self._work.get(kind, 0) + int(samples)
+
+    def _executor_counters(self) -> dict[str, Any]:
+        """The client actors' loads since the last report (Ray's executor), else nothing."""
+        counters = getattr(self.executor, "take_counters", None)
+        return counters() if counters is not None else {}
 
     # ------------------------------------------------------------------ subclasses
     def init_run(self) -> None:

@@ -66,13 +66,8 @@ class RoundCoordinator(CoordinatorBase):
         self._bytes += nbytes(sent) + nbytes(out)
         return out
 
-    def _count(self, op: str, samples: int) -> None:
-        """Add ``samples`` to this round's work of ``op`` (the samples its calls covered, which
-        ``raysoft bench`` turns into the round's arithmetic floor)."""
-        self._work[op] = self._work.get(op, 0) + int(samples)
-
     def init_run(self) -> None:
-        self._waited, self._bytes, self._work = 0.0, 0, {}
+        self._waited, self._bytes = 0.0, 0
         self.state = self.algorithm.init_server(self.ctx)
         self.round = 0
         self.center_scores: np.ndarray | None = None
@@ -127,7 +122,6 @@ class RoundCoordinator(CoordinatorBase):
 
     def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
-        self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))
         results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
         bad = [k for k in sorted(results) if not finite(results[k])]
@@ -141,7 +135,6 @@ class RoundCoordinator(CoordinatorBase):
         red = call.reduce
         assert red is not None
         if self.cfg.ray.reduce_in_actors:
-            self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))
             flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
             self._report_late(call.op)
             self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
@@ -164,6 +157,7 @@ class RoundCoordinator(CoordinatorBase):
         try:
             call = plugin_call(next, (gen,), where)
             while True:
+                self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))  # the samples it covers
                 result = self._reduced_call(call, t) if call.reduce is not None else self._call(call, t)
                 call = plugin_call(gen.send, (result,), where)
         except StopIteration as stop:
@@ -182,9 +176,7 @@ class RoundCoordinator(CoordinatorBase):
         info["coordinator_busy_s"] = time.perf_counter() - began - self._waited
         info["coordinator_bytes"] = self._bytes
         info["work"] = dict(self._work)  # samples per client op (and "holdout") this round
-        counters = getattr(self.executor, "take_counters", None)  # the client actors' loads (Ray)
-        if counters is not None:
-            info.update(counters())
+        info.update(self._executor_counters())
         return info
 
     def _record_weights(self, step: int) -> None:

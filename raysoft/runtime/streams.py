@@ -60,6 +60,7 @@ class StreamCoordinator(CoordinatorBase):
         self.scratch = build_model(cfg.model, self.info)
         self.initial_models = pretrain(cfg, self.a, self.drift, self.info)
         self.val_sets = [self.drift.validation(s) for s in range(self.drift.num_clusters)]
+        self.val_samples = sum(len(y) for _, y in self.val_sets)  # the server's D_k, all K of them
         self.holdouts = [self.drift.holdout(s) for s in range(self.drift.num_clusters)]
         lo, hi = self.a.upload_rate
         self.rates = np.array([numpy_rng(cfg.seed, "clock-rate", m).uniform(lo, hi) for m in range(cfg.data.clients)])
@@ -86,13 +87,9 @@ class StreamCoordinator(CoordinatorBase):
         self.final_after: dict[int, float] = {}
         self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
         self.finished = False
-        self._work: dict[str, int] = {}  # samples trained / passed forward since the last step's report
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "server_on_actor_s", "silent_ticks")}
-
-    def _count(self, kind: str, samples: int) -> None:
-        self._work[kind] = self._work.get(kind, 0) + int(samples)
 
     @property
     def round(self) -> int:
@@ -129,7 +126,7 @@ class StreamCoordinator(CoordinatorBase):
         ledger = up.get("ledger", {})
         self._count("train", ledger.get("train", 0))
         self._count("forward", ledger.get("forward", 0) + diag.get("server_forwards", 0)
-                    + ("l" in up) * sum(len(y) for _, y in self.val_sets))  # F(w_m; D_k) made on the actor
+                    + ("l" in up) * self.val_samples)  # F(w_m; D_k) made on the actor
         t, vt = self.state.t, up["vtime"]
         self.stale += bool(diag["stale"])
         for name, value in up["before"].items():
@@ -206,10 +203,9 @@ class StreamCoordinator(CoordinatorBase):
         and Cli Aft, and F(w_m; D_k) on the server's validation sets. Only where clients run
         depends on it, never a number."""
         epochs = self.a.local_epochs or self.cfg.train.local_epochs
-        val = sum(len(y) for _, y in self.val_sets)
         sizes = np.array([self.drift.shares(m, int(self.ticks[m]) if self.a.drift else 0)[0]
                           for m in range(self.cfg.data.clients)], dtype=np.float64)
-        return 3 * epochs * sizes + 2 * sizes / 5 + val
+        return 3 * epochs * sizes + 2 * sizes / 5 + self.val_samples
 
     def _upload_time(self, m: int, silent: int) -> float:
         """The virtual time of client m's computed upload: its next tick, plus the ticks it let
@@ -264,9 +260,7 @@ class StreamCoordinator(CoordinatorBase):
         # checkpoints) and the clients it waited for
         info = {"round": self.state.t, "headline": head, "work": work, "trained": len(need),
                 "coordinator_busy_s": time.perf_counter() - began - waited, "coordinator_bytes": 0}
-        counters = getattr(self.executor, "take_counters", None)
-        if counters is not None:
-            info.update(counters())
+        info.update(self._executor_counters())
         return info
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
