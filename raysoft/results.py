@@ -32,7 +32,7 @@ _COLUMNS = {  # table -> "column:type ..." (s string, i int64, f float64, b bool
     "events": "run_id:s step:i time_s:f kind:s client:i actor:i detail:s",
     "placement": "run_id:s client:i actor:i node_id:s",
     # CCFL: Algorithm 1's terms of every fresh upload
-    "estimation": "run_id:s step:i client:i center:i l:f d1:f d2:f score:f alpha:f rejected:b",
+    "estimation": "run_id:s step:i client:i center:i l:f d1:f d2:f score:f alpha:f rejected:b gap:f alpha2:f",
     # an algorithm's own per-round figures (FedSoft: coupling)
     "diagnostics": "run_id:s step:i name:s value:f",
 }

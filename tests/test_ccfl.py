@@ -33,6 +33,7 @@ from raysoft.algorithms.ccfl import (
     subtract_bar,
     table2_settings,
     update_clusters,
+    staleness_gaps,
     update_ratios,
 )
 from raysoft.algorithms.ccfl import CCFLConfig
@@ -189,20 +190,67 @@ def test_alpha1_ave_threshold_then_max_normalised():
     np.testing.assert_allclose(alpha1(np.full(3, 1 / 3), "ave"), [1.0, 1.0, 1.0])  # equal: all pass
 
 
-def test_alpha2_fresh_below_b_and_decayed_from_t_k():
-    # t_k - tau = (-3, 2, 5, 10) with a = 10, b = 5
-    np.testing.assert_allclose(alpha2(np.array([7, 12, 15, 20]), 10, a=10.0, b=5.0), [1.0, 1.0, 1 / 51, 1 / 101])
+def test_alpha2_fresh_below_b_and_decayed_from_the_gap():
+    # gap t_k - tau = (-3, 2, 5, 10) with a = 10, b = 5
+    np.testing.assert_allclose(alpha2(np.array([-3, 2, 5, 10]), a=10.0, b=5.0), [1.0, 1.0, 1 / 51, 1 / 101])
 
 
 def test_update_ratios_combine_alpha0_alpha1_alpha2():
     u, t_k, tau = np.array([0.5, 0.35, 0.15]), np.array([12, 15, 20]), 10  # t_k - tau = (2, 5, 10)
-    alpha = update_ratios(u, t_k, tau, CCFLConfig(alpha0=0.025, a=10.0, b=5.0, alpha1_bar="ave"))
+    p = CCFLConfig(alpha0=0.025, a=10.0, b=5.0, alpha1_bar="ave")
+    state = CCFLServerState(models=torch.zeros(3, 2), t=20, t_k=t_k)
+    alpha = update_ratios(u, staleness_gaps(state, tau, p), p)
     np.testing.assert_allclose(alpha, [0.025, 0.025 * 0.7 / 51, 0.0])
-    alpha = update_ratios(u, t_k, tau, CCFLConfig(alpha0=0.025, a=10.0, b=5.0, alpha1_bar=0.1))
+    alpha = update_ratios(u, t_k - tau, CCFLConfig(alpha0=0.025, a=10.0, b=5.0, alpha1_bar=0.1))
     np.testing.assert_allclose(alpha, [0.025, 0.025 * 0.7 / 51, 0.025 * 0.3 / 101])
     # the same client, fresh against every cluster (t_k - tau < b): alpha2 = 1
-    alpha = update_ratios(u, np.array([10, 11, 14]), tau, CCFLConfig(alpha0=0.025, alpha1_bar=0.1))
+    alpha = update_ratios(u, np.array([0, 1, 4]), CCFLConfig(alpha0=0.025, alpha1_bar=0.1))
     np.testing.assert_allclose(alpha, [0.025, 0.025 * 0.7, 0.025 * 0.3])
+
+
+def test_staleness_clocks_by_hand():
+    """One state read on the three clocks: an upload stamped tau = 2 at t = 10, clusters last
+    updated at t_k = (9, 4, 0), cluster 0 updated at epochs 3, 5, 9, cluster 1 at 1 and 4,
+    cluster 2 never."""
+    versions = np.zeros((11, 3), dtype=np.int64)
+    for k, epochs in enumerate([(3, 5, 9), (1, 4), ()]):
+        for e in epochs:
+            versions[e:, k] += 1
+    state = CCFLServerState(models=torch.zeros(3, 2), t=10, t_k=np.array([9, 4, 0]), versions=versions)
+    uploads = CCFLConfig(staleness_clock="uploads")
+    np.testing.assert_allclose(staleness_gaps(state, 2, uploads), [7.0, 2.0, -2.0])
+    cycles = CCFLConfig(staleness_clock="client_cycles", cycle_uploads=4)
+    np.testing.assert_allclose(staleness_gaps(state, 2, cycles), [1.75, 0.5, -0.5])
+    updates = CCFLConfig(staleness_clock="cluster_updates")
+    np.testing.assert_allclose(staleness_gaps(state, 2, updates), [3.0, 1.0, 0.0])  # after epoch 2: 3, 5, 9; 4
+    np.testing.assert_allclose(staleness_gaps(state, 5, updates), [1.0, 0.0, 0.0])
+    # alpha2 with a = 10, b = 2: only the uploads clock throttles cluster 0 (7 >= 2), the cluster
+    # clock throttles it less (3 >= 2), the cycle clock not at all (1.75 < 2)
+    np.testing.assert_allclose(alpha2(staleness_gaps(state, 2, uploads), 10.0, 2.0), [1 / 71, 1 / 21, 1.0])
+    np.testing.assert_allclose(alpha2(staleness_gaps(state, 2, cycles), 10.0, 2.0), [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(alpha2(staleness_gaps(state, 2, updates), 10.0, 2.0), [1 / 31, 1.0, 1.0])
+    with pytest.raises(ValueError, match="version log"):
+        staleness_gaps(CCFLServerState(models=torch.zeros(3, 2), t=10, t_k=np.zeros(3)), 2, updates)
+
+
+def test_on_upload_keeps_the_version_log():
+    """Row t of ``versions`` counts each cluster's updates after epoch t: a fresh upload adds its
+    updated clusters, a stale one a copy of the last row."""
+    p = mean_params(c1=0.5, c2=0.25, amplifier=[1.0], alpha0=0.5, tau0=1)
+    state = init_server_state(MODELS)
+    state, _, diag = on_upload(state, p, 7, W_M, 0, Linear(), VAL, task="regression")
+    assert diag["updated"].tolist() == [True, False]
+    assert state.versions.tolist() == [[0, 0], [1, 0]]
+    state, _, _ = on_upload(state, p, 7, W_M, 1, Linear(), VAL, task="regression")
+    state, _, diag = on_upload(state, p, 8, W_M, 0, Linear(), VAL, task="regression")  # t - tau = 3 > tau0
+    assert diag["stale"] and state.versions.tolist() == [[0, 0], [1, 0], [2, 0], [2, 0]]
+    assert "gap" not in diag
+    # a fresh upload stamped tau = 1 on the cluster clock: cluster 0 changed once since (epoch 2)
+    clock = mean_params(c1=0.5, c2=0.25, amplifier=[1.0], alpha0=0.5, staleness_clock="cluster_updates", a=10.0, b=1.0)
+    _, _, diag = on_upload(state, clock, 9, W_M, 1, Linear(), VAL, task="regression")
+    np.testing.assert_allclose(diag["gap"], [1.0, 0.0])
+    np.testing.assert_allclose(diag["alpha2"], [1 / 11, 1.0])
+    np.testing.assert_allclose(diag["alpha"], [0.5 / 11, 0.0])
 
 
 # ----------------------------------------------------------------------------- equation (3), reply

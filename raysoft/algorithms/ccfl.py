@@ -18,8 +18,8 @@ server thread of Algorithm 2 (``ServerUpdate``) as a pure function over
    combine them with c1, c2 (:func:`combine_scores`); u = softmax(A u), once per value of A
    (:func:`amplify`).
 3. Algorithm 1, UpdateRatioCompute (:func:`update_ratios`): alpha1 (threshold alpha1_bar,
-   then max-normalised; :func:`alpha1`), alpha2 (staleness with a, b against t_k;
-   :func:`alpha2`), alpha_k = alpha0 alpha1_k alpha2_k.
+   then max-normalised; :func:`alpha1`), alpha2 (staleness with a, b: the gap t_k - tau on the
+   clock ``staleness_clock`` says, :func:`staleness_gaps`; :func:`alpha2`), alpha_k = alpha0 alpha1_k alpha2_k.
 4. Optional global adjustment of section 5.3 (:func:`adjustment_rejects`): after a fraction of
    the run, a cluster whose l_k, d1_k or d2_k exceeds a percentile of its history is not updated.
 5. Equation (3) for every cluster with alpha_k > 0, t_k <- t (:func:`update_clusters`).
@@ -108,6 +108,8 @@ class CCFLServerState:
     #   of every fresh upload so far, for the global adjustment
     self_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [K] cache of F(w_k; D_k);
     #   NaN = not computed for the current w_k. Valid for one fixed (val_sets, task) per run.
+    versions: np.ndarray | None = None  # [t + 1, K] updates each cluster had received after each epoch
+    #   (row 0: none), for staleness_clock cluster_updates; None: not kept
 
     @property
     def num_clusters(self) -> int:
@@ -120,7 +122,15 @@ def init_server_state(models: torch.Tensor) -> CCFLServerState:
     return CCFLServerState(
         models=models.detach().clone().to(torch.float32), t=0, t_k=np.zeros(k, dtype=np.int64),
         last_u={}, history=np.zeros((0, k, 3)), self_losses=np.full(k, np.nan),
+        versions=np.zeros((1, k), dtype=np.int64),
     )
+
+
+def count_updates(versions: np.ndarray | None, updated: np.ndarray) -> np.ndarray | None:
+    """The version log after one more epoch in which the clusters ``updated`` ([K] bool) changed."""
+    if versions is None:
+        return None
+    return np.concatenate([versions, (versions[-1] + np.asarray(updated, dtype=np.int64))[None]], axis=0)
 
 
 def initial_reply(state: CCFLServerState) -> Params:
@@ -303,16 +313,33 @@ def alpha1(u: np.ndarray, bar: float | Literal["ave"] = "ave") -> np.ndarray:
     return np.where(u < threshold - 1e-12, 0.0, u / u.max())
 
 
-def alpha2(t_k: np.ndarray, tau: int, a: float, b: float) -> np.ndarray:
-    """Staleness against each cluster's last update: 1 if t_k - tau < b, else
-    1 / (a (t_k - tau) + 1)."""
-    gap = np.asarray(t_k, dtype=np.float64) - float(tau)
+def staleness_gaps(state: CCFLServerState, tau: int, params: CCFLConfig) -> np.ndarray:
+    """[K] float64: alpha2's gap "t_k - tau" of an upload stamped ``tau``, on the clock
+    ``params.staleness_clock`` (docs/algorithms.md#ccfl-staleness-clock):
+
+    * ``uploads``: t_k - tau, every upload a global epoch (Algorithm 2 as written);
+    * ``client_cycles``: (t_k - tau) / cycle_uploads, in cycles of every client;
+    * ``cluster_updates``: the updates cluster k received after the client's download at tau
+      (its model's version gap; needs the state's version log)."""
+    if params.staleness_clock == "cluster_updates":
+        if state.versions is None:
+            raise ValueError("staleness_clock cluster_updates needs the server state's version log (versions)")
+        return (state.versions[-1] - state.versions[tau]).astype(np.float64)
+    gap = np.asarray(state.t_k, dtype=np.float64) - float(tau)
+    return gap / params.cycle_uploads if params.staleness_clock == "client_cycles" else gap
+
+
+def alpha2(gap: np.ndarray, a: float, b: float) -> np.ndarray:
+    """Staleness factor from each cluster's gap (:func:`staleness_gaps`): 1 if gap < b, else
+    1 / (a gap + 1)."""
+    gap = np.asarray(gap, dtype=np.float64)
     return np.where(gap < b, 1.0, 1.0 / (a * np.maximum(gap, 0.0) + 1.0))
 
 
-def update_ratios(u: np.ndarray, t_k: np.ndarray, tau: int, params: CCFLConfig) -> np.ndarray:
-    """Algorithm 1, UpdateRatioCompute: alpha_k = alpha0 alpha1_k alpha2_k, in [0, alpha0]."""
-    return params.alpha0 * alpha1(u, params.alpha1_bar) * alpha2(t_k, tau, params.a, params.b)
+def update_ratios(u: np.ndarray, gap: np.ndarray, params: CCFLConfig) -> np.ndarray:
+    """Algorithm 1, UpdateRatioCompute: alpha_k = alpha0 alpha1_k alpha2_k, in [0, alpha0], with
+    alpha2 from the staleness ``gap`` (:func:`staleness_gaps`)."""
+    return params.alpha0 * alpha1(u, params.alpha1_bar) * alpha2(gap, params.a, params.b)
 
 
 # ----------------------------------------------------------------------------- global adjustment
@@ -381,12 +408,13 @@ def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m:
         reply, u = stale_reply(state, client)
         diag.update(stale=True, u=u, alpha=np.zeros(k), updated=np.zeros(k, dtype=bool),
                     rejected=np.zeros(k, dtype=bool))
-        return replace(state, t=t), reply, diag
+        return replace(state, t=t, versions=count_updates(state.versions, np.zeros(k, dtype=bool))), reply, diag
 
     red, bs = params.loss_reduction, params.loss_batch_size
     own = self_losses(scratch, state.models, val_sets, task, red, bs, cached=state.self_losses)
     est = estimate_distribution(scratch, w_m, state.models, val_sets, params, task, own_losses=own, losses=losses)
-    alpha = update_ratios(est.u, state.t_k, tau, params)
+    gap = staleness_gaps(state, tau, params)
+    alpha = update_ratios(est.u, gap, params)
 
     raw = np.stack([est.l, est.d1, est.d2], axis=1)  # [K, 3]
     if adjustment_active(t, params):
@@ -403,9 +431,10 @@ def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m:
     last_u[client] = est.u
     new_state = CCFLServerState(models=models, t=t, t_k=t_k, last_u=last_u,
                                 history=np.concatenate([state.history, raw[None]], axis=0),
-                                self_losses=own)
+                                self_losses=own, versions=count_updates(state.versions, updated))
     diag.update(stale=False, u=est.u, alpha=alpha, updated=updated, rejected=rejected,
-                l=est.l, d1=est.d1, d2=est.d2, scores=est.scores)
+                l=est.l, d1=est.d1, d2=est.d2, scores=est.scores, gap=gap,
+                alpha2=alpha2(gap, params.a, params.b))
     return new_state, reply, diag
 
 
@@ -459,9 +488,10 @@ class CCFL(StreamAlgorithm):
 
 __all__ = [
     "CCFL", "TABLE2", "CCFLServerState", "Estimate", "adjustment_active", "adjustment_rejects",
-    "alpha1", "alpha2", "amplify", "client_objective_gradient", "client_start", "client_update",
+    "alpha1", "alpha2", "amplify", "count_updates", "client_objective_gradient", "client_start", "client_update",
     "cluster_losses", "combine_scores", "dataset_losses", "estimate_distribution", "init_server_state",
     "initial_reply", "is_stale", "kl_floor", "largest_weight", "model_distances", "on_upload",
-    "personalised_model", "reduce_losses", "self_losses", "stale_estimate", "stale_reply", "subtract_bar",
+    "personalised_model", "reduce_losses", "self_losses", "stale_estimate", "stale_reply", "staleness_gaps",
+    "subtract_bar",
     "table2_settings", "update_clusters", "update_ratios",
 ]

@@ -19,15 +19,17 @@ import torch
 from ..params import ClientId, Params
 from ..training import model_losses
 from .base import ClientContext
-from .ccfl import CCFLServerState, alpha2, init_server_state, is_stale, personalised_model, update_clusters
+from .ccfl import (CCFLServerState, alpha2, count_updates, init_server_state, is_stale, personalised_model,
+                   staleness_gaps, update_clusters)
 from .fedsoft import importance_weights
 from .settings import CCFLConfig, FedSoftAsyncConfig
 from .stream import StreamAlgorithm, StreamClient, ValSets, nbytes
 
 
-def async_ratios(mu: np.ndarray, t_k: np.ndarray, tau: int, params: CCFLConfig) -> np.ndarray:
-    """alpha_mk = alpha0 * mu_k * alpha2_k."""
-    return params.alpha0 * np.asarray(mu, dtype=np.float64) * alpha2(t_k, tau, params.a, params.b)
+def async_ratios(mu: np.ndarray, gap: np.ndarray, params: CCFLConfig) -> np.ndarray:
+    """alpha_mk = alpha0 * mu_k * alpha2_k, alpha2 from the staleness ``gap`` (CCFL's
+    :func:`~raysoft.algorithms.ccfl.staleness_gaps`)."""
+    return params.alpha0 * np.asarray(mu, dtype=np.float64) * alpha2(gap, params.a, params.b)
 
 
 def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
@@ -40,13 +42,14 @@ def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId
     diag: dict[str, Any] = {"t": t, "client": client, "tau": tau, "staleness": t - tau, "u": mu}
     if is_stale(t, tau, params.tau0):
         diag.update(stale=True, alpha=np.zeros_like(mu))
-        return replace(state, t=t), diag
-    alpha = async_ratios(mu, state.t_k, tau, params)
+        return replace(state, t=t, versions=count_updates(state.versions, np.zeros(len(mu), dtype=bool))), diag
+    alpha = async_ratios(mu, staleness_gaps(state, tau, params), params)
     models, t_k = update_clusters(state.models, state.t_k, w_m, alpha, t)
     last_u = dict(state.last_u)
     last_u[client] = mu
     diag.update(stale=False, alpha=alpha)
-    return replace(state, models=models, t=t, t_k=t_k, last_u=last_u), diag
+    return replace(state, models=models, t=t, t_k=t_k, last_u=last_u,
+                   versions=count_updates(state.versions, alpha > 0)), diag
 
 
 class FedSoftAsync(StreamAlgorithm):

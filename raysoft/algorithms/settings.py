@@ -186,19 +186,20 @@ class StreamConfig(AlgorithmConfig):
     max_silent_ticks: int = Field(4, ge=0, description="upload_policy shift: upload anyway after this many silent ticks")
 
     stream: ClassVar[bool] = True  # an asynchronous stream (raysoft.plugins.is_stream_algorithm)
-    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers", "rounds", "tau0")
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers", "rounds", "tau0", "cycle_uploads")
 
     @classmethod
     def fill_defaults(cls, given: dict[str, Any], clients: Any, distributions: Any) -> dict[str, Any]:
         """The base's defaults, and the uploads T = data.clients x cycles (and, where the settings
-        have it, the staleness bound tau0 = data.clients)."""
+        have it, the staleness bound tau0 and the uploads of a client cycle = data.clients)."""
         filled = super().fill_defaults(given, clients, distributions)
         if isinstance(clients, int) and not isinstance(clients, bool):
             cycles = given.get("cycles", cls.model_fields["cycles"].default)
             if "rounds" not in given and isinstance(cycles, int) and not isinstance(cycles, bool):
                 filled["rounds"] = clients * cycles
-            if "tau0" in cls.model_fields and "tau0" not in given:
-                filled["tau0"] = clients
+            for key in ("tau0", "cycle_uploads"):
+                if key in cls.model_fields and key not in given:
+                    filled[key] = clients
         return filled
 
     @model_validator(mode="after")
@@ -252,6 +253,14 @@ class CCFLConfig(StreamConfig):
     a: float = Field(10.0, ge=0.0)
     b: float = Field(5.0, ge=0.0)
     tau0: int = Field(80, ge=0, description="staleness bound: t - tau > tau0 is stale; default data.clients")
+    staleness_clock: Literal["uploads", "client_cycles", "cluster_updates"] = Field(
+        "uploads", description="the unit of alpha2's gap t_k - tau (docs/algorithms.md#ccfl-staleness-clock): "
+        "uploads (every upload is a global epoch, Algorithm 2 as written), client_cycles (the gap over "
+        "cycle_uploads, the uploads of one cycle of every client) or cluster_updates (the updates cluster k "
+        "received since the client's download)"
+    )
+    cycle_uploads: int = Field(80, ge=1, description="staleness_clock client_cycles: uploads in one client cycle; "
+                               "default data.clients")
     adjust_start: float | None = Field(0.5, ge=0.0, le=1.0, description="null: no global adjustment")
     adjust_percentile: float = Field(70.0, ge=0.0, le=100.0)
     sigma: float = Field(1e-4, ge=0.0, le=1.0, description="fedsoft_async: floor of the clients' mixture estimates")

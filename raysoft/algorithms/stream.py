@@ -250,7 +250,9 @@ class StreamAlgorithm(Configured[StreamConfig]):
         """The server's answer to one upload: (new state, the reply's model or None, diag).
         ``diag`` has ``stale``, ``staleness``, ``u`` (the estimate, or None), ``fresh`` (the
         estimate was made for this upload) and, where the server estimated, Algorithm 1's terms
-        and ``server_s`` / ``server_forwards`` (its cost)."""
+        (``l``, ``d1``, ``d2``, ``scores``, ``alpha``, ``rejected``, ``gap``, ``alpha2``: with
+        ``scores``, one row per cluster of estimation.parquet) and ``server_s`` /
+        ``server_forwards`` (its cost)."""
         raise NotImplementedError
 
     def reply(self, state: Any, model: Params | None) -> dict[str, Any]:

@@ -153,12 +153,13 @@ class StreamCoordinator(CoordinatorBase):
             self.row("client", m, -1, "staleness", diag["staleness"], vtime=vt)
             for c, est in enumerate(u):
                 self.recorder.add("weights", step=t, client=m, center=c, estimate=float(est))
-            if "scores" in diag:  # CCFL's Algorithm 1 terms (raw, before the bars)
+            if "scores" in diag:  # CCFL's Algorithm 1 terms (raw, before the bars), its staleness gap and alpha2
                 for c in range(len(u)):
                     self.recorder.add("estimation", step=t, client=m, center=c, l=float(diag["l"][c]),
                                       d1=float(diag["d1"][c]), d2=float(diag["d2"][c]),
                                       score=float(diag["scores"][c]), alpha=float(diag["alpha"][c]),
-                                      rejected=bool(diag["rejected"][c]))
+                                      rejected=bool(diag["rejected"][c]), gap=float(diag["gap"][c]),
+                                      alpha2=float(diag["alpha2"][c]))
             self.last_u[m] = u
         for s, share in enumerate(up["shares"]):
             self.recorder.add("clients", step=t, client=m, distribution=s, share=float(share),
