@@ -130,6 +130,10 @@ class DataConfig(Section):
     )
     alpha: float = Field(1.0, ge=0.0, description="fpfc_synthetic/fedprox: model heterogeneity")
     beta: float = Field(1.0, ge=0.0, description="fpfc_synthetic/fedprox: feature heterogeneity")
+    seed: int | None = Field(
+        None, description="the seed that alone draws the data (partition, samples, holdouts, stream cycles); "
+        "null: the run's seed. Fix it and vary the run's seed for training draws on one dataset"
+    )
     root: str | None = Field(
         None, description="image datasets: folder of the files; default $RAYSOFT_DATA, else "
         "/usr/share/datasets/fashion-mnist for fmnist"
@@ -155,6 +159,10 @@ class DataConfig(Section):
             if raw.get(key) is None:
                 raw[key] = default
         return raw
+
+    def draw_seed(self, run_seed: int) -> int:
+        """The seed the data is drawn from: ``seed`` (data.seed) if set, else the run's."""
+        return run_seed if self.seed is None else self.seed
 
     @field_validator("partition", mode="before")
     @classmethod

@@ -52,6 +52,18 @@ def test_synthetic_clients_follow_their_distribution_and_are_reproducible():
     assert not torch.equal(other.x[:5], d.x[:5])
 
 
+def test_data_seed_alone_draws_the_data():
+    """data.seed fixes the dataset whatever the run's seed; unset, the run's seed draws it."""
+    fixed = DataConfig(clients=6, distributions=2, partition="random", seed=7)
+    a, b = Federation(fixed, seed=0), Federation(fixed, seed=1)
+    assert a.seed == b.seed == 7 and a.sizes.tolist() == b.sizes.tolist()
+    torch.testing.assert_close(a.client_data(3).x, b.client_data(3).x)
+    torch.testing.assert_close(a.holdout(1)[1], b.holdout(1)[1])
+    free = DataConfig(clients=6, distributions=2, partition="random")
+    torch.testing.assert_close(Federation(free, seed=7).client_data(3).x, a.client_data(3).x)
+    assert not torch.equal(Federation(free, seed=0).client_data(3).x[:5], a.client_data(3).x[:5])
+
+
 def test_theta_scale_follows_sigma0():
     big = Federation(DataConfig(distributions=8, partition="random", theta_std=10.0), seed=0)._gen.thetas
     small = Federation(DataConfig(distributions=8, partition="random", theta_std=10**0.5), seed=0)._gen.thetas

@@ -332,3 +332,17 @@ def test_balanced_rounds_even_the_actors_samples_and_keep_the_numbers(ray_sessio
     assert all(sum(a["actor_samples"]) == sum(b["actor_samples"]) for a, b in zip(own, cost))
     assert all(max(b["actor_samples"]) <= max(a["actor_samples"]) for a, b in zip(own, cost))
     assert any(max(b["actor_samples"]) < max(a["actor_samples"]) for a, b in zip(own, cost))
+
+
+def test_data_seed_keeps_the_data_and_the_run_seed_varies_the_training(tmp_path):
+    """Two runs with data.seed fixed and different run seeds: the same clients (clients.parquet:
+    sizes and mixtures) and different training draws (metrics); the same seeds again: the same run."""
+    runs = [raysoft.run(small_config(seed=s, data={"seed": 11}), out=tmp_path) for s in (0, 1)]
+    clients = [r.table("clients").drop(columns="run_id") for r in runs]
+    pd.testing.assert_frame_equal(clients[0], clients[1])
+    other = raysoft.run(small_config(seed=0), out=tmp_path).table("clients").drop(columns="run_id")
+    assert not other.equals(clients[0])  # without data.seed the run's seed draws the data
+    a, b = (r.metrics.value.to_numpy() for r in runs)
+    assert len(a) == len(b) and not np.array_equal(a, b)
+    again = raysoft.run(small_config(seed=0, data={"seed": 11}), out=tmp_path)
+    np.testing.assert_array_equal(again.metrics.value.to_numpy(), a)

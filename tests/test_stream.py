@@ -48,6 +48,18 @@ def test_drifting_data_follows_the_paper(fm):
     assert (torch_eq.x == a.x).all()  # reproducible
 
 
+def test_data_seed_fixes_the_stream_data(fm):
+    """data.seed draws every cycle's data and the server's sets whatever the run's seed."""
+    def drift(seed: int, data_seed: int | None) -> DriftingImages:
+        return DriftingImages(DataConfig(name="fmnist", clients=6, distributions=3, partition="random",
+                                         samples_min=10, samples_max=20, root=str(fm), seed=data_seed),
+                              seed=seed, public_samples=6)
+    a, b = drift(0, 4), drift(1, 4)
+    assert (a.cycle(2, 3).x == b.cycle(2, 3).x).all() and np.array_equal(a.cycle(2, 3).shares, b.cycle(2, 3).shares)
+    assert (a.public(1)[0] == b.public(1)[0]).all()
+    assert not np.array_equal(drift(0, None).cycle(2, 3).shares, a.cycle(2, 3).shares)
+
+
 def _drift(fm, **kw) -> DriftingImages:
     return DriftingImages(DataConfig(name="fmnist", clients=6, distributions=4, partition="random", samples_min=10,
                                      samples_max=20, root=str(fm), test_samples=4), seed=0, public_samples=3, **kw)

@@ -39,8 +39,9 @@ class Federation:
     """The clients of an experiment and the holdout sets of its distributions."""
 
     def __init__(self, cfg: DataConfig, seed: int) -> None:
+        """``seed``: the run's; ``cfg.seed`` (data.seed), when set, draws the data instead."""
         self.cfg = cfg
-        self.seed = seed
+        self.seed = seed = cfg.draw_seed(seed)
         rng = numpy_rng(seed, "partition", str(cfg.partition))
         self._gen = resolve("datasets", cfg.name)(cfg, seed)
         self.info = getattr(self._gen, "info", None)

@@ -48,7 +48,7 @@ class DriftingImages:
                  validation: str = "shared") -> None:
         if cfg.name not in DATASETS:
             raise ValueError(f"streams need an image dataset, not {cfg.name!r}")
-        self.cfg, self.seed = cfg, seed
+        self.cfg, self.seed = cfg, cfg.draw_seed(seed)  # data.seed, when set, draws the data
         self.public_samples, self.rest_split, self.validation_split = public_samples, rest_split, validation
         # test-split images the server keeps per cluster: its pre-training set, and a validation
         # set of the same size after it when the two are disjoint
