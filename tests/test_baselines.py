@@ -6,7 +6,7 @@ import torch
 
 import raysoft
 from raysoft.algorithms.fedem import aggregate_learners, e_step, m_step_pi, mixture_metrics
-from raysoft.algorithms.ifca import CenterUpdate, assign_cluster, average_members, gradient_step, one_hot
+from raysoft.algorithms.ifca import CenterUpdate, assign_cluster, average_members, gradient_step, one_hot, true_cluster
 from raysoft.algorithms import WeightedMean
 from raysoft.params import add_terms
 
@@ -148,6 +148,25 @@ def test_fedavg_and_local(tmp_path):
     assert local.iloc[-1] < 0.5 * local.iloc[0]
     # a personalised local model fits a client's own mixture better than one global model
     assert lo.summary["local_mean"]["mse"] < fa.summary["local_mean"]["mse"]
+
+
+def test_true_cluster_is_the_majority_distribution():
+    assert true_cluster(np.array([1, 0, 1, 1, 2]), 3) == 1
+    assert true_cluster(np.array([2, 0, 2, 0]), 3) == 0  # ties to the lowest index
+
+
+def test_ifca_oracle_puts_each_client_in_its_true_cluster(tmp_path):
+    """assignment: oracle, from the first draw that collapses IFCA (every client on one center,
+    test below): each client's center is its majority distribution, and the centers fit theirs."""
+    cfg = _twenty("ifca", option="gradient", rounds=30, clients_per_round=20, assignment="oracle")
+    cfg["train"]["lr"] = 0.3
+    r = raysoft.run(cfg, out=tmp_path)
+    a = r.table("assignments")
+    assert (a.predicted == a.truth).all() and r.summary["ari"] == 1.0
+    score = _final_centers(r)
+    assert score[0, 0] < 0.3 * score[0, 1] and score[1, 1] < 0.3 * score[1, 0]
+    with pytest.raises(raysoft.ConfigError, match="oracle needs num_centers"):
+        raysoft.run(_twenty("ifca", assignment="oracle", num_centers=3), out=tmp_path)
 
 
 def test_ifca_good_initializer_rebalances_a_collapsed_first_draw(tmp_path):

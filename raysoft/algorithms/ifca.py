@@ -15,7 +15,8 @@ theta_j - lr g_i is averaged with weight 1 / m over all m selected clients, not 
 members, so theta_j <- (n_j / m) theta_j - (lr / m) sum of the members' gradients: every center
 shrinks by n_j / m each round, and one that no client chose becomes zero. Importance weights
 are one-hot; a client's local model is its chosen center (chosen again at each evaluation, on
-the client's own data).
+the client's own data). ``assignment: oracle`` replaces the choice by the client's true cluster
+(its majority distribution): FedAvg on each cluster's clients, the ceiling of a hard clustering.
 """
 
 from __future__ import annotations
@@ -38,6 +39,19 @@ from .settings import IFCAConfig
 def assign_cluster(losses: torch.Tensor | np.ndarray) -> int:
     """argmin_j of the clients' average losses (ties to the lowest index)."""
     return int(np.argmin(np.asarray(losses)))
+
+
+def true_cluster(components: np.ndarray, k: int) -> int:
+    """The client's majority distribution (ties to the lowest index): its center under
+    ``assignment: oracle``."""
+    return int(np.argmax(np.bincount(np.asarray(components, dtype=np.int64), minlength=k)))
+
+
+def _choose(ctx: ClientContext, payload: dict[str, Any]) -> int:
+    centers = payload["centers"]
+    if payload.get("assignment") == "oracle":
+        return true_cluster(ctx.data.components, centers.shape[0])
+    return assign_cluster(mean_losses(ctx, centers))
 
 
 GRADIENT_OPTIONS = ("gradient", "fpfc_code")  # the options whose clients return one full-batch gradient
@@ -101,7 +115,7 @@ class IFCAState:
 
 def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
     centers = payload["centers"]
-    j = assign_cluster(mean_losses(ctx, centers))
+    j = _choose(ctx, payload)
     if payload["option"] in GRADIENT_OPTIONS:
         set_flat(ctx.scratch, centers[j])
         return opt, (j, full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task))
@@ -109,11 +123,11 @@ def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t:
 
 
 def _ifca_assign(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
-    return opt, assign_cluster(mean_losses(ctx, payload["centers"]))
+    return opt, _choose(ctx, payload)
 
 
 def _ifca_evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
-    j = assign_cluster(mean_losses(ctx, payload["centers"]))
+    j = _choose(ctx, payload)
     return opt, {**evaluate_vector(ctx, payload["centers"][j]), "_center": j}
 
 
@@ -152,10 +166,11 @@ class IFCA(Configured[IFCAConfig]):
 
     def round(self, ctx: ServerContext, state: IFCAState, t: int) -> RoundGenerator:
         a = self.settings
-        if t == 0 and a.init_threshold > 0:
+        if t == 0 and a.init_threshold > 0 and a.assignment == "loss":
             state = IFCAState((yield from self.good_init(ctx, state)), state.assignment)
         selected = uniform_selection(ctx.num_clients, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
-        res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option},
+        res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option,
+                                                   "assignment": a.assignment},
                                reduce=CenterUpdate(state.centers, a.option, ctx.cfg.train.lr))
         assignments = {k: int(r[0]) for k, r in res.rest.items()}
         centers = res.value
@@ -183,4 +198,4 @@ class IFCA(Configured[IFCAConfig]):
         return state.assignment
 
     def eval_payload(self, state: IFCAState) -> dict[str, Any]:
-        return {"centers": state.centers}
+        return {"centers": state.centers, "assignment": self.settings.assignment}

@@ -64,6 +64,16 @@ class IFCAConfig(AlgorithmConfig):
         "for k = 2, 0.1 for k = 4); 0 keeps the first draw",
     )
     init_attempts: int = Field(50, ge=1, description="draws tried before keeping the best one")
+    assignment: Literal["loss", "oracle"] = Field(
+        "loss", description="loss: each client joins its lowest-loss center (IFCA); oracle: center s holds the "
+        "clients whose majority distribution is s (their true cluster): FedAvg per true cluster, the ceiling a "
+        "hard clustering can reach (needs num_centers = data.distributions)"
+    )
+
+    def check_with(self, cfg: Config) -> None:
+        if self.assignment == "oracle" and self.num_centers != cfg.data.distributions:
+            raise ValueError(f"algorithm.assignment oracle needs num_centers = data.distributions "
+                             f"({cfg.data.distributions}), not {self.num_centers}")
 
 
 class FedAvgConfig(AlgorithmConfig):
