@@ -12,6 +12,7 @@ run: install data
 	$(VENV)/bin/raysoft run $(CONFIG)
 
 test: install data
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
 install: $(STAMP)

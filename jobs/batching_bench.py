@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
+from raysoft.backends.host import ClientHost
 from raysoft.bench import workload_config
 from raysoft.config import parse_config
-from raysoft.backends.host import ClientHost
 from raysoft.params import get_flat
 
 

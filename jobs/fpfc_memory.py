@@ -15,8 +15,7 @@ import tracemalloc
 
 import numpy as np
 
-from raysoft.algorithms.fpfc import clusters, round_pairs, update_pairs, zeta
-from raysoft.algorithms.fpfc import FPFCConfig
+from raysoft.algorithms.fpfc import FPFCConfig, clusters, round_pairs, update_pairs, zeta
 
 
 def measure(m: int, d: int) -> tuple[int, int]:

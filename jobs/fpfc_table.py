@@ -17,6 +17,8 @@ code's:
 - ifca (told L = 4) and fedavg: 30% of the devices a round; ifca_code: the reference code's own
   IFCA baseline (``algorithm.option=fpfc_code``: one gradient step a round, each center's models
   averaged over all the selected devices, so it shrinks by its share of them);
+- oracle: IFCA told each device's true cluster (``assignment: oracle``), i.e. FedAvg on exactly
+  one cluster's devices, 30% a round: the ceiling of a clustering on this data;
 - local: every device in every round (the reference LOCAL baseline ignores the participation
   ratio), i.e. 2000 x 10 full-batch steps per device.
 
@@ -48,6 +50,7 @@ METHODS: dict[str, list[str]] = {
     "ifca": ["algorithm={name: ifca, num_centers: 4, clients_per_round: 30}"],
     "ifca_code": ["algorithm={name: ifca, num_centers: 4, clients_per_round: 30, option: fpfc_code}"],
     "fedavg": ["algorithm={name: fedavg, clients_per_round: 30}"],
+    "oracle": ["algorithm={name: ifca, num_centers: 4, clients_per_round: 30, assignment: oracle}"],
     "local": [f"algorithm={{name: local, clients_per_round: {M}}}"],
 }
 

@@ -48,8 +48,11 @@ def seconds_per_step(batch: int, steps: int) -> float:
 
 
 def _child(threads: int, steps: int) -> str:
-    code = (f"import torch; torch.set_num_threads({threads}); import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            f"from w2_anatomy import seconds_per_step; print(seconds_per_step(32, {steps}))")
+    here = str(Path(__file__).parent)
+    code = (
+        f"import torch; torch.set_num_threads({threads}); import sys; sys.path.insert(0, {here!r}); "
+        f"from w2_anatomy import seconds_per_step; print(seconds_per_step(32, {steps}))"
+    )
     return code
 
 
@@ -128,7 +131,9 @@ def main() -> None:
     print(f"4. ms per step: one 1-thread process alone {concurrent_ms([1])[0]:.1f}; two 1-thread processes at once "
           f"{', '.join(f'{v:.1f}' for v in concurrent_ms([1, 1]))}; one 2-thread process {concurrent_ms([2])[0]:.1f}")
     for t, _, clients, steps, over in blocks:
-        print(f"5. round {t}: clients per actor {clients}, steps {steps}, busier actor +{100 * over:.0f}% over the mean")
+        print(
+            f"5. round {t}: clients per actor {clients}, steps {steps}, busier actor +{100 * over:.0f}% over the mean"
+        )
     total, rows = per_process_peak()
     print(f"6. peak PSS of a 3-round raysoft W2 run: {total:.0f} MB; the largest processes:")
     for mb, name in rows[:6]:

@@ -74,7 +74,7 @@ def main() -> None:
         opt = make_optimizer(cfg.train, model.parameters())
         start = get_flat(model)
 
-        def train() -> None:
+        def train(data=data, start=start, m=m) -> None:  # bound now (timed calls it at once)
             models_ = build_model(cfg.model, info)
             o = make_optimizer(cfg.train, models_.parameters())
             client_update(models_, o, data.x, data.y, "classification", cfg.train, start, a.rho,
@@ -83,11 +83,11 @@ def main() -> None:
         w = get_flat(model)
         parts["local epoch"].append((timed(train), len(data) * train_flop))
         val = sum(len(y) for _, y in val_sets)
-        parts["F(w_m; D_k), K sets"].append((timed(lambda: cluster_losses(scratch, w, val_sets, "classification",
+        parts["F(w_m; D_k), K sets"].append((timed(lambda w=w: cluster_losses(scratch, w, val_sets, "classification",
                                                                           a.loss_reduction, a.loss_batch_size)),
                                              val * fwd_flop))
-        parts["Cli Bfr + Cli Aft"].append((timed(lambda: [evaluate(scratch, data.test_x, data.test_y, "classification")
-                                                          for _ in range(2)]), 2 * len(data.test_y) * fwd_flop))
+        scores = lambda data=data: [evaluate(scratch, data.test_x, data.test_y, "classification") for _ in range(2)]  # noqa: E731
+        parts["Cli Bfr + Cli Aft"].append((timed(scores), 2 * len(data.test_y) * fwd_flop))
         parts["re-score K cluster models"].append((timed(lambda: self_losses(scratch, centers, val_sets,
                                                                              "classification", a.loss_reduction,
                                                                              a.loss_batch_size)), val * fwd_flop))
@@ -106,7 +106,9 @@ def main() -> None:
         total["stock"] += slow
         print(f"| {name} | {fast:.3f} | {flop / fast / 1e9:.1f} | {flop / fast / 1e9 / rate:.0%} | {slow:.3f} | "
               f"{1 - fast / slow:.0%} |")
-    print(f"| upload | {total['raysoft']:.3f} | | | {total['stock']:.3f} | {1 - total['raysoft'] / total['stock']:.0%} |")
+    print(
+        f"| upload | {total['raysoft']:.3f} | | | {total['stock']:.3f} | {1 - total['raysoft'] / total['stock']:.0%} |"
+    )
 
     w4 = parse_config(workload_config("W4:fedsoft", 2))
     fed = Federation(w4.data, w4.seed)

@@ -22,20 +22,21 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import pyarrow.fs as pafs
 
 from .backends import run_backend
 from .callbacks import Callbacks
-from .plugins import is_builtin, plugin_names, resolve, short_name
 from .config import Config, ConfigError, load_config, name_problem, parse_config
 from .datafiles import DataFileError, MissingDataError, one_line
 from .errors import RunStopped
 from .interrupts import Interrupted, stop_on_signals
+from .plugins import is_builtin, plugin_names, resolve, short_name
 from .progress import Progress
 from .results import write_config, write_run
 
@@ -93,8 +94,15 @@ def check_data(cfg: Config) -> Config:
     the model does not fit the data; pin the resolved data folder into the config so that
     workers on other nodes do not depend on this environment. Imports neither torch nor
     torchvision (the driver of a Ray run then never does)."""
-    from .datafiles import (IMAGE_DATASETS, DataFileError, MissingDataError, data_kind, default_root, model_misfit,
-                            verify_files)
+    from .datafiles import (
+        IMAGE_DATASETS,
+        DataFileError,
+        MissingDataError,
+        data_kind,
+        default_root,
+        model_misfit,
+        verify_files,
+    )
 
     root = None
     if cfg.data.name in IMAGE_DATASETS:
@@ -112,7 +120,9 @@ def check_data(cfg: Config) -> Config:
     for kind, name in plugin_names(cfg):
         if not is_builtin(kind, name):
             resolve(kind, name)
-    verify = None if is_builtin("datasets", cfg.data.name) else getattr(resolve("datasets", cfg.data.name), "verify", None)
+    verify = (
+        None if is_builtin("datasets", cfg.data.name) else getattr(resolve("datasets", cfg.data.name), "verify", None)
+    )
     if verify is not None:
         try:
             verify(cfg.data)
@@ -215,7 +225,7 @@ def run(
         try:
             fs.create_dir(target, recursive=True)
             pafs.copy_files(str(final), target, destination_filesystem=fs)
-        except Exception as err:  # noqa: BLE001 - pyarrow raises several types; one line
+        except Exception as err:  # pyarrow raises several types; one line
             raise RunStopped(f"the run finished but publishing it to {location} failed ({one_line(err)}); "
                              f"its complete results are kept in {final}") from err
         log.info("results in %s", location)
@@ -258,8 +268,11 @@ def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: b
         discard(refused=False)
         if keep:
             raise Interrupted(signum, f"run stopped by {name}; {_kept(work)}") from None
-        raise Interrupted(signum, f"run stopped by {name}; its partial results were removed (a run without "
-                                  "checkpoints cannot be resumed: output.checkpoint_every makes it resumable)") from None
+        raise Interrupted(
+            signum,
+            f"run stopped by {name}; its partial results were removed (a run without "
+            "checkpoints cannot be resumed: output.checkpoint_every makes it resumable)",
+        ) from None
     except (MissingDataError, DataFileError) as err:  # found by a loader (in an actor, on another node)
         discard(refused=True)
         raise ConfigError(f"data: {err}") from None

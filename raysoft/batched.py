@@ -35,7 +35,7 @@ docs/performance.md#batched-multi-client-training has the measurements).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -274,7 +274,12 @@ def _lockstep_train(
     if reordered:
         rows = torch.tensor(perm)
         start = start[rows]
-        opts, xs, ys, rngs = [opts[c] for c in perm], [xs[c] for c in perm], [ys[c] for c in perm], [rngs[c] for c in perm]
+        opts, xs, ys, rngs = (
+            [opts[c] for c in perm],
+            [xs[c] for c in perm],
+            [ys[c] for c in perm],
+            [rngs[c] for c in perm],
+        )
         pull_scale = None if pull_scale is None else pull_scale[rows]
         pull_target = None if pull_target is None else pull_target[rows]
     ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
@@ -286,7 +291,10 @@ def _lockstep_train(
         b1, b2 = o0.betas
         # Adam's bias corrections of every step of the call, made at once: at step j of epoch e
         # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
-        e_j = np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :] + np.arange(steps_per_epoch)[None, :, None]
+        e_j = (
+            np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :]
+            + np.arange(steps_per_epoch)[None, :, None]
+        )
         sa_all = torch.from_numpy(np.asarray([o.steps for o in opts], dtype=np.float64)[None, None, :] + e_j + 1)
         lr_all = o0.lr / (1 - b1**sa_all).float()[..., None]  # lr / bc1: [epochs, steps, C, 1]
         bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None]

@@ -155,7 +155,7 @@ class Callbacks:
             return fn(*args)
         except PluginError:
             raise
-        except Exception as err:  # noqa: BLE001 - a user's hook: one line naming it
+        except Exception as err:  # a user's hook: one line naming it
             raise PluginError(f"callback {name!r} failed in {hook}: {type(err).__name__}: "
                               f"{one_line(err)}") from err
 

@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="seconds per round against the bare loop, Flower and pfl",
                        description="Seconds per round of raysoft against the bare loop, Flower and pfl.",
                        error_prefix="raysoft bench")
-    b.add_argument("--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3, W4 (default: W1-W3; W4 is N = 1,000)")
+    b.add_argument(
+        "--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3, W4 (default: W1-W3; W4 is N = 1,000)"
+    )
     b.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, "
                                               "or this many rounds of N uploads)")
     b.add_argument("--out", default="runs/bench", help="where bench.parquet goes (default: %(default)s)")
@@ -115,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import main as bench_main, worker
+    from .bench import main as bench_main
+    from .bench import worker
 
     if args.worker:
         if len(args.worker) not in (5, 6):

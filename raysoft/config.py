@@ -13,8 +13,9 @@ Bad input raises :class:`ConfigError` whose message is one line naming the key a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -52,7 +53,7 @@ class AlgorithmConfig(Section):
             filled["num_centers"] = distributions
         return filled
 
-    def check_with(self, cfg: "Config") -> None:
+    def check_with(self, cfg: Config) -> None:
         """Checks of these settings against the other sections, after all are validated: raise
         ValueError with a one-line message. Nothing by default."""
 
@@ -172,7 +173,7 @@ class DataConfig(Section):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "DataConfig":
+    def _consistent(self) -> DataConfig:
         if self.samples_min > self.samples_max:
             raise ValueError(f"samples_min ({self.samples_min}) > samples_max ({self.samples_max})")
         if self.rotations is not None:
@@ -288,7 +289,7 @@ class RayConfig(Section):
         return self.sum_group if self.sum_shape == "tree" else None
 
     @model_validator(mode="after")
-    def _deadline_needs_ray(self) -> "RayConfig":
+    def _deadline_needs_ray(self) -> RayConfig:
         if self.round_deadline_s is not None and self.backend != "ray":
             raise ValueError("round_deadline_s needs backend: ray")
         return self
@@ -441,7 +442,7 @@ class Config(Section):
         return out
 
     @model_validator(mode="after")
-    def _cross_section(self) -> "Config":
+    def _cross_section(self) -> Config:
         algo, data = self.algorithm, self.data
         if algo.clients_per_round > data.clients:
             raise ValueError(
@@ -513,7 +514,9 @@ def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(keys, Mapping) or "name" in keys:
                 raise ConfigError(f"regimes.{name}.{section}: must be a mapping of keys (without 'name')")
     algo = out.get("algorithm", {})
-    name = algo.name if isinstance(algo, Section) else algo.get("name", "fedsoft") if isinstance(algo, Mapping) else None
+    name = (
+        algo.name if isinstance(algo, Section) else algo.get("name", "fedsoft") if isinstance(algo, Mapping) else None
+    )
     for section, keys in (regimes.get(name) or {}).items():
         current = out.get(section, {})
         if isinstance(current, Section):

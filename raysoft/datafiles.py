@@ -250,7 +250,7 @@ class _ArraysOnly(pickle.Unpickler):
     array constructors are the only globals it resolves, so a pickle that would call anything
     else is refused before anything runs."""
 
-    def find_class(self, module: str, name: str):  # noqa: D401 - pickle's hook
+    def find_class(self, module: str, name: str):  # pickle's hook
         import codecs
 
         import numpy as np
@@ -275,7 +275,17 @@ def _cifar_entry(path: str) -> dict:
             entry = _ArraysOnly(f, encoding="latin1").load()
     except _Refused as err:
         raise DataFileError(f"{path}: not a CIFAR pickle ({one_line(err)}); it was not loaded") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error, MemoryError) as err:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        struct.error,
+        MemoryError,
+    ) as err:
         truncated = isinstance(err, EOFError) or "truncated" in str(err)
         why = "truncated" if truncated else f"{type(err).__name__}: {one_line(err)}"
         raise DataFileError(f"{path}: unreadable CIFAR pickle ({why})") from None

@@ -29,7 +29,7 @@ def plugin_call(fn, args: tuple, where: str):
         raise
     except OWN_ERRORS:
         raise
-    except Exception as err:  # noqa: BLE001 - whatever the algorithm raises, as one line
+    except Exception as err:  # whatever the algorithm raises, as one line
         raise PluginFailure(f"{where}: {type(err).__name__}: {one_line(err)}") from err
 
 

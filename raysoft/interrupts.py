@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,7 +26,7 @@ class Interrupted(KeyboardInterrupt):
 _state = {"raised": False}
 
 
-def _on_signal(signum: int, frame) -> None:  # noqa: ARG001 - the signal module's signature
+def _on_signal(signum: int, frame) -> None:  # the signal module's signature
     if _state["raised"]:  # the run is already stopping: let its clean-up finish
         return
     _state["raised"] = True

@@ -9,7 +9,7 @@ moment buffers) is plain tensors, kept by the client across rounds.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -18,7 +18,7 @@ class _Base:
     def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
         self.params = [p for p in params]
 
-    def bind(self, params: Iterable[torch.nn.Parameter]) -> "_Base":
+    def bind(self, params: Iterable[torch.nn.Parameter]) -> _Base:
         """Point the optimizer at other parameters of the same shapes (e.g. a shared scratch
         model); its state (moments, step count) stays its own."""
         params = [p for p in params]

@@ -6,7 +6,7 @@ model's parameter count, in ``model.parameters()`` order). Stacks of them are ``
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn

@@ -29,9 +29,10 @@ import inspect
 import os
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .datafiles import one_line
 from .errors import ConfigError

@@ -52,12 +52,14 @@ class Progress:
         if self.mode == "bar":
             width = 30
             filled = int(width * r / max(self.total, 1))
-            line = f"\r{self.label}[{'#' * filled}{'.' * (width - filled)}] {r}/{self.total} ETA {_fmt_time(eta)}  {self.head}"
+            bar = f"[{'#' * filled}{'.' * (width - filled)}]"
+            line = f"\r{self.label}{bar} {r}/{self.total} ETA {_fmt_time(eta)}  {self.head}"
             self.stream.write(line[:200].ljust(80))
             if r == self.total:
                 self.stream.write("\n")
             self.stream.flush()
         elif info.get("headline") is not None:
-            self.stream.write(f"{self.label}round {r}/{self.total}  elapsed {_fmt_time(elapsed)}  ETA {_fmt_time(eta)}  "
-                              f"{self.head}\n")
+            self.stream.write(
+                f"{self.label}round {r}/{self.total}  elapsed {_fmt_time(elapsed)}  ETA {_fmt_time(eta)}  {self.head}\n"
+            )
             self.stream.flush()

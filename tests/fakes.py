@@ -3,7 +3,8 @@ chosen by the test (and which records every request), and a one-call algorithm."
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -3,14 +3,13 @@
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 
 import raysoft
+from raysoft.algorithms import WeightedMean
 from raysoft.algorithms.fedem import aggregate_learners, e_step, m_step_pi, mixture_metrics
 from raysoft.algorithms.ifca import CenterUpdate, assign_cluster, average_members, gradient_step, one_hot, true_cluster
-from raysoft.algorithms import WeightedMean
 from raysoft.params import add_terms
-
-from conftest import small_config
 
 
 def test_ifca_assignment_is_the_lowest_average_loss():
@@ -76,7 +75,9 @@ def test_fedem_mixture_prediction_mixes_probabilities():
     m = mixture_metrics(net, learners, torch.tensor([0.25, 0.75]), x, y, "classification")
     # x = 0: both learners (0.5, 0.5) -> argmax 0 (correct); x = 10: mix = .25 (1, 0) + .75 (0, 1) -> class 1
     assert m["accuracy"] == 1.0
-    p_correct = torch.tensor([0.5, 0.25 * torch.sigmoid(torch.tensor(-20.0)) + 0.75 * torch.sigmoid(torch.tensor(20.0))])
+    p_correct = torch.tensor(
+        [0.5, 0.25 * torch.sigmoid(torch.tensor(-20.0)) + 0.75 * torch.sigmoid(torch.tensor(20.0))]
+    )
     assert m["loss"] == pytest.approx(float(-torch.log(p_correct).mean()), rel=1e-5)
 
 
@@ -186,8 +187,8 @@ def test_local_training_leaves_the_broadcast_models_unchanged(name):
     # training from a row of the payload used to change the payload itself: the next client of
     # the same host started from the previous client's model (and, in-process, the server's
     # centers moved). For IFCA this made the first clients' center better for every later client.
-    from raysoft.config import parse_config
     from raysoft.backends.host import ClientHost
+    from raysoft.config import parse_config
 
     cfg = parse_config(small_config(algorithm={"name": name, "num_centers": 2}))
     models = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))  # synthetic: Linear(10 -> 1)

@@ -203,9 +203,18 @@ def test_a_clients_result_does_not_depend_on_its_row(kind):
 
     def run(perm):
         opts = [_opt(kind, copy.deepcopy(model).parameters(), 0.1, 0.0) for _ in perm]
-        w = batched_proximal_train(model, start[perm], opts, [xs[c] for c in perm], [ys[c] for c in perm], "classification",
-                                   cfg, [np.random.default_rng([9, c]) for c in perm],
-                                   pull_scale=torch.ones(len(perm)), pull_target=target[perm])
+        w = batched_proximal_train(
+            model,
+            start[perm],
+            opts,
+            [xs[c] for c in perm],
+            [ys[c] for c in perm],
+            "classification",
+            cfg,
+            [np.random.default_rng([9, c]) for c in perm],
+            pull_scale=torch.ones(len(perm)),
+            pull_target=target[perm],
+        )
         state = [o.exp_avg[0] if kind == "adam" else o.buffers[0] for o in opts]
         return w, state, [getattr(o, "steps", 0) for o in opts]
 

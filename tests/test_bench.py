@@ -52,7 +52,11 @@ def test_w4_is_w2_with_a_thousand_clients_as_fedsoft_and_as_fedavg():
     assert soft.data.clients == avg.data.clients == 1000
     assert avg.model == soft.model == w2.model and avg.train == soft.train == w2.train
     assert avg.algorithm == w2.algorithm  # 60 clients a round
-    assert (soft.algorithm.name, soft.algorithm.clients_per_round, soft.algorithm.estimation_interval) == ("fedsoft", 60, 2)
+    assert (soft.algorithm.name, soft.algorithm.clients_per_round, soft.algorithm.estimation_interval) == (
+        "fedsoft",
+        60,
+        2,
+    )
     assert soft.ray.client_state == "disk"
     with pytest.raises(ConfigError, match="W4 runs as fedsoft or fedavg"):
         workload_config("W4:ifca", 4)
@@ -107,22 +111,33 @@ def test_markdown_gives_the_speed_up_of_raysoft():
     text = markdown(pd.concat([table, pd.DataFrame([floor])], ignore_index=True))
     assert "| W2 | flower | fedavg | 100 | 11.000 | 5.5 | 2000 | 1500 | 0.8 (accuracy) | 5.50× | – | – |" in text
     assert "| W2 | raysoft | fedavg | 100 | 2.000 | 30.0 | 900 | 700 | 0.8 (accuracy) | – | 0.120 | 2.5 |" in text
-    assert "| W2 | floor | fedavg | – | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× | – | – |" in text
+    assert (
+        "| W2 | floor | fedavg | – | 1.600 | 37.5 | 400 | 300 | – (11.2 MFLOP/sample at 120.0 GFLOP/s) | 0.80× "
+        "| – | – |" in text
+    )
 
 
 def test_an_unknown_workload_is_a_one_line_error():
     proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--workload", "W9", "--flower", "skip"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4)"]
+    assert proc.stderr.strip().splitlines() == [
+        "raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4)"
+    ]
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--rounds", "x"], "raysoft bench: error: argument --rounds: invalid int value: 'x'"),
-    (["--bogus"], "raysoft bench: error: unrecognized arguments: --bogus"),
-    (["--rounds", "1", "--flower", "skip"], "raysoft bench: --rounds: needs at least 2 (the first is the warm-up)"),
-    (["--worker", "raysoft", "W1"], "raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--rounds", "x"], "raysoft bench: error: argument --rounds: invalid int value: 'x'"),
+        (["--bogus"], "raysoft bench: error: unrecognized arguments: --bogus"),
+        (["--rounds", "1", "--flower", "skip"], "raysoft bench: --rounds: needs at least 2 (the first is the warm-up)"),
+        (
+            ["--worker", "raysoft", "W1"],
+            "raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]",
+        ),
+    ],
+)
 def test_bad_bench_arguments_are_one_line_and_exit_2(argv, line, capsys):
     try:
         code = cli_main(["bench", *argv])

@@ -184,7 +184,9 @@ def test_pfl_is_a_peer_of_w1_and_w2_only():
     assert SYSTEMS["W3"] == SYSTEMS["W4"] == ("raysoft", "floor")
 
 
-@pytest.mark.parametrize("argv, pfl", [([], ".venv-pfl"), (["--pfl", "skip"], "skip"), (["--pfl", "/x/venv"], "/x/venv")])
+@pytest.mark.parametrize(
+    "argv, pfl", [([], ".venv-pfl"), (["--pfl", "skip"], "skip"), (["--pfl", "/x/venv"], "/x/venv")]
+)
 def test_the_pfl_option_reaches_the_bench(argv, pfl, monkeypatch):
     import raysoft.bench
 

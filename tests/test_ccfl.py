@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from raysoft.algorithms.ccfl import (
+    CCFLConfig,
     CCFLServerState,
     adjustment_active,
     adjustment_rejects,
@@ -30,13 +31,12 @@ from raysoft.algorithms.ccfl import (
     personalised_model,
     reduce_losses,
     self_losses,
+    staleness_gaps,
     subtract_bar,
     table2_settings,
     update_clusters,
-    staleness_gaps,
     update_ratios,
 )
-from raysoft.algorithms.ccfl import CCFLConfig
 from raysoft.config import TrainConfig
 from raysoft.models import Logistic
 from raysoft.optim import SGD

@@ -6,13 +6,12 @@ import sys
 import pandas as pd
 import pytest
 import yaml
+from conftest import small_config
 
 from raysoft.cli import main as cli_main
 from raysoft.compare import algorithm_configs, compare
 from raysoft.config import ConfigError
 from raysoft.report import comparison_markdown, load_run
-
-from conftest import small_config
 
 
 def test_algorithm_keys_go_to_the_algorithms_that_have_them():

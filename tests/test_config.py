@@ -5,10 +5,9 @@ import sys
 
 import pytest
 import yaml
+from conftest import small_config
 
 from raysoft.config import ConfigError, load_config, parse_config
-
-from conftest import small_config
 
 
 def test_defaults_resolve_and_round_trip():

@@ -7,8 +7,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from raysoft.api import check_data
+from raysoft.config import (
+    Config,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    OutputConfig,
+    RayConfig,
+    TrainConfig,
+    parse_config,
+)
 from raysoft.plugins import registered, settings_class
-from raysoft.config import Config, ConfigError, DataConfig, ModelConfig, OutputConfig, RayConfig, TrainConfig, parse_config
 
 SECTIONS = {
     "data": DataConfig, "model": ModelConfig, "train": TrainConfig, "ray": RayConfig, "output": OutputConfig,
@@ -42,7 +51,11 @@ configs = st.fixed_dictionaries(
 
 
 @pytest.mark.slow
-@settings(max_examples=int(os.environ.get("RAYSOFT_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("RAYSOFT_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(configs)
 @example({"algorithm": {"name": [], "a": None}})  # an unhashable name once raised TypeError
 def test_random_configs_validate_or_fail_cleanly(raw):

@@ -22,11 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-import raysoft
-
 from conftest import small_config, stream_config
 from test_images import write_fmnist
+
+import raysoft
 
 # table -> the columns whose values are pinned (time and run ids vary between runs)
 PINNED = {

@@ -14,11 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-import raysoft
-
 from conftest import stream_config
 from test_images import write_fmnist
+
+import raysoft
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fedasync"
 RAYSOFT = str(Path(sys.executable).parent / "raysoft")
@@ -26,9 +25,7 @@ NAME = "fedasync:FedAsync"
 
 sys.path.insert(0, str(EXAMPLE))  # the same module object the run resolves `fedasync:FedAsync` to
 import fedasync  # noqa: E402
-
-from fedasync import (FedAsync, FedAsyncConfig, FedAsyncState, fedasync_update, mixing_weight,  # noqa: E402
-                      staleness_weight)
+from fedasync import FedAsync, FedAsyncConfig, FedAsyncState, fedasync_update, mixing_weight, staleness_weight  # noqa: E402
 
 
 @pytest.fixture(scope="module")

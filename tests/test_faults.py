@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 import torch
+from fakes import FakeExecutor
 
 from raysoft.algorithms import Plan
 from raysoft.config import Fault
 from raysoft.runtime.faults import FaultInjector, poison, slowdown
-
-from fakes import FakeExecutor
 
 CLIENTS = [0, 1, 2, 3]
 
@@ -73,7 +72,9 @@ def test_a_kill_is_not_fired_again_after_a_restore_to_an_earlier_round():
 
 
 def test_two_kills_of_one_round_both_fire_in_order():
-    fi, reported = injector(Fault(kind="kill_actor", at_round=1, actor=3), Fault(kind="kill_actor", at_round=1, actor=0))
+    fi, reported = injector(
+        Fault(kind="kill_actor", at_round=1, actor=3), Fault(kind="kill_actor", at_round=1, actor=0)
+    )
     fi.call("train", CLIENTS, {}, 1)
     fi.call("train", CLIENTS, {}, 1)
     assert kinds(fi) == ["kill 3", "kill 0", "call train 1", "call train 1"]
@@ -171,7 +172,7 @@ def test_what_the_injector_does_not_change_is_the_inner_executor_s():
     # 1 * [0, 0] + 2 * [1, 0]
     assert torch.equal(fi.accumulate(Plan(None, {0: (None, 1.0), 1: (None, 2.0)})), torch.tensor([2.0, 0.0]))
     with pytest.raises(AttributeError):
-        fi.no_such_attribute
+        _ = fi.no_such_attribute
 
 
 def test_no_faults_changes_nothing():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 
 import raysoft
 from raysoft.algorithms.fedsoft import (
@@ -16,8 +17,6 @@ from raysoft.algorithms.fedsoft import (
 from raysoft.config import TrainConfig
 from raysoft.optim import SGD
 from raysoft.training import proximal_train
-
-from conftest import small_config
 
 
 def test_importance_weights_count_argmin_samples():

@@ -6,6 +6,7 @@ import pytest
 
 import raysoft
 from raysoft.algorithms.fpfc import (
+    FPFCConfig,
     all_pairs,
     cluster_models,
     clusters,
@@ -20,7 +21,6 @@ from raysoft.algorithms.fpfc import (
     update_pairs,
     zeta,
 )
-from raysoft.algorithms.fpfc import FPFCConfig
 
 
 def test_scad_values():

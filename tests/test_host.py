@@ -6,13 +6,12 @@ import io
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 
 from raysoft.algorithms import WeightedMean
 from raysoft.backends.host import ClientHost
 from raysoft.config import parse_config
 from raysoft.errors import ClientFailure
-
-from conftest import small_config
 
 D = 10  # the linear model's parameter count on the small synthetic data
 

@@ -3,11 +3,11 @@
 reported in docs/results.md: at test-sized budgets they are not yet stable.)"""
 
 import pytest
+from conftest import small_config
+from test_images import write_fmnist
 
 import raysoft
 
-from conftest import small_config
-from test_images import write_fmnist
 
 def _image_config(root, name, **algo):
     return small_config(

@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-import raysoft
-
 from conftest import small_config
 from test_images import write_fmnist
+
+import raysoft
 
 pytestmark = pytest.mark.slow  # every test starts its own multi-node Ray cluster in a subprocess
 
@@ -131,7 +130,7 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
     subprocess.run([script, "start", "1", "1"], env=env, check=True, timeout=180, capture_output=True)
     try:
         out = tmp_path / "runs"
-        for attempt in range(10):  # the job agent needs a moment after start
+        for _attempt in range(10):  # the job agent needs a moment after start
             proc = subprocess.run(
                 [sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://127.0.0.1:8312", "--",
                  "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--set", "algorithm.rounds=2", "--set",
@@ -320,7 +319,9 @@ def test_local_sh_stop_ends_its_cluster_and_nothing_else(tmp_path):
         # the other cluster: untouched
         assert all(_live(p) for p in pids_b)
         assert {(ip, port) for pid, ip, port in _listeners() if pid in pids_b} == listening_b
-        assert subprocess.run([script, "stop"], env=env_a, timeout=60, capture_output=True).returncode == 0  # again: no-op
+        assert (
+            subprocess.run([script, "stop"], env=env_a, timeout=60, capture_output=True).returncode == 0
+        )  # again: no-op
     finally:
         for env in (env_a, env_b):
             subprocess.run([script, "stop"], env=env, timeout=120, capture_output=True)

@@ -10,14 +10,13 @@ import sys
 
 import pytest
 import yaml
+from conftest import small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raysoft
 from raysoft.backends.plan import Cluster, not_placed, plan, slots
 from raysoft.config import ConfigError, RayConfig
-
-from conftest import small_config
 
 LOCAL = Cluster(({"CPU": 2.0},), name="the local Ray")
 

@@ -13,12 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import small_config
 
 import raysoft
 from raysoft.errors import PluginFailure
 from raysoft.plugins import PluginError, clear_cache, resolve
-
-from conftest import small_config
 
 RAYSOFT = str(Path(sys.executable).parent / "raysoft")
 
@@ -285,7 +284,9 @@ def test_the_resolver_caches_and_checks_by_kind(plugdir):
     write(plugdir, "serverlr_h.py", SERVER_LR)
     cls = resolve("algorithms", "serverlr_h:ServerLR")
     assert resolve("algorithms", "serverlr_h:ServerLR") is cls
-    with pytest.raises(PluginError, match="dataset .serverlr_h:ServerLR.: its Settings must be a subclass of raysoft.sdk.DataConfig"):
+    with pytest.raises(
+        PluginError, match="dataset .serverlr_h:ServerLR.: its Settings must be a subclass of raysoft.sdk.DataConfig"
+    ):
         resolve("datasets", "serverlr_h:ServerLR")
     with pytest.raises(PluginError, match="unknown kind of plug-in"):
         resolve("optimizers", "adam")

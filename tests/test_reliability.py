@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import small_config
 
 import raysoft
 from raysoft.errors import UpdateError
-
-from conftest import small_config
 
 
 def _cfg(**sections):

@@ -6,12 +6,11 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import check_png, small_config
 
 import raysoft
 from raysoft import report as rp
 from raysoft.cli import main as cli_main
-
-from conftest import check_png, small_config
 
 PER_RUN = ["center_metric.png", "weights_by_group.png", "final_weights.png", "clusters.png"]
 

@@ -5,11 +5,10 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import check_png, small_config
 
 import raysoft
 from raysoft.report import load_run, plot_center_metric, plot_final_weights
-
-from conftest import check_png, small_config
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import check_png, small_config, stream_config
+from test_images import write_fmnist
 
 import raysoft
 from raysoft import report as rp
-
-from conftest import check_png, small_config, stream_config
-from test_images import write_fmnist
 
 pytestmark = pytest.mark.slow  # the module's runs take several seconds to make
 

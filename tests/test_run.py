@@ -11,15 +11,25 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import small_config
 
 import raysoft
 from raysoft.backends.ray_backend import plan_actors
 from raysoft.config import RayConfig
 from raysoft.params import weighted_sum
 
-from conftest import small_config
-
-METRIC_COLUMNS = ["run_id", "algorithm", "step", "time_s", "scope", "entity", "eval_dist", "metric", "value", "virtual_time"]
+METRIC_COLUMNS = [
+    "run_id",
+    "algorithm",
+    "step",
+    "time_s",
+    "scope",
+    "entity",
+    "eval_dist",
+    "metric",
+    "value",
+    "virtual_time",
+]
 
 
 def _fedsoft_20(**sections):
@@ -195,7 +205,9 @@ def test_sums_in_the_actors_equal_the_coordinators_on_every_packing(ray_session,
     assert ref_m.value.nunique() > 4  # the models move: a real comparison
     ray_cfgs = [{}] + [{"backend": "ray", "clients_per_actor": p, "num_cpus_per_actor": 0.1} for p in packings]
     if algo["name"] == "fedavg":
-        ray_cfgs.append({"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1, "reduce_in_actors": False})
+        ray_cfgs.append(
+            {"backend": "ray", "clients_per_actor": 3, "num_cpus_per_actor": 0.1, "reduce_in_actors": False}
+        )
     for ray_cfg in ray_cfgs:
         m = raysoft.run(small_config(algorithm=algo, ray=ray_cfg), out=tmp_path).metrics
         pd.testing.assert_frame_equal(m.drop(columns=["run_id", "time_s"]), ref_m, check_exact=True)

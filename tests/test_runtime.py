@@ -7,15 +7,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
+from fakes import FakeExecutor, OneCall
 
 from raysoft.algorithms import Reduced, WeightedMean
 from raysoft.config import parse_config
 from raysoft.errors import ClientFailure, UpdateError
 from raysoft.runtime.checkpoint import load_checkpoint
 from raysoft.runtime.rounds import RoundCoordinator
-
-from conftest import small_config
-from fakes import FakeExecutor, OneCall
 
 NAN = float("nan")
 # hand-chosen updates of clients 0, 1, 2 and sizes n = 1, 3, 3: without client 1 (or without
@@ -272,8 +271,8 @@ def test_a_round_reports_the_coordinators_busy_seconds_and_bytes(in_actors):
     goes out once; with the sum in the actors one 4d-byte sum comes back, else K updates."""
     from raysoft.backends import run_backend
     from raysoft.config import parse_config
-    from raysoft.models import build_model
     from raysoft.data import Federation
+    from raysoft.models import build_model
     from raysoft.params import get_flat
 
     cfg = parse_config(small_config(algorithm={"name": "fedavg", "rounds": 3, "clients_per_round": 6, "eval_every": 3},

@@ -6,15 +6,14 @@ import gc
 import pandas as pd
 import pytest
 import torch
+from conftest import small_config, stream_config
+from test_digests import SYNC, digest, expected_or_clean
+from test_images import write_fmnist
 
 import raysoft
 from raysoft.backends.host import ClientHost
 from raysoft.backends.states import StateStore
 from raysoft.config import parse_config
-
-from conftest import small_config, stream_config
-from test_digests import SYNC, digest, expected_or_clean
-from test_images import write_fmnist
 
 
 @pytest.fixture(scope="module")

@@ -8,15 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-import raysoft
-from raysoft.data.drift import DriftingImages
-from raysoft.config import DataConfig
-from raysoft.algorithms.stream import kl_divergence
-from raysoft.runtime.streams import StreamCoordinator
-
 from conftest import small_config, stream_config
 from test_images import write_fmnist
+
+import raysoft
+from raysoft.algorithms.stream import kl_divergence
+from raysoft.config import DataConfig
+from raysoft.data.drift import DriftingImages
+from raysoft.runtime.streams import StreamCoordinator
 
 REAL_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -280,7 +279,12 @@ def test_costs_local_and_fedsoft_async_download_k_times_ccfls_bytes(tmp_path, fm
     assert c["samples_trained_per_client"] == f["samples_trained_per_client"] == loc["samples_trained_per_client"]
     assert c["client_estimation_forwards_per_client"] == 0 < f["client_estimation_forwards_per_client"]
     assert c["server_estimation_forwards"] > 0 == f["server_estimation_forwards"]
-    assert set(c["time_breakdown_s"]) == {"client_training", "client_estimation", "server_estimation", "server_estimation_on_actors"}
+    assert set(c["time_breakdown_s"]) == {
+        "client_training",
+        "client_estimation",
+        "server_estimation",
+        "server_estimation_on_actors",
+    }
     assert loc["kl"] is None and loc["cli_aft"] is None and loc["cluster_acc"] is None
     assert loc["cli_bfr"] is not None and runs["local_stream"].table("weights").empty
     m = runs["ccfl"].metrics

@@ -7,12 +7,11 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from conftest import small_config
 
 import raysoft
 from raysoft.config import ConfigError
 from raysoft.sweep import bundles, load_spec, sweep, trial_config, trial_points
-
-from conftest import small_config
 
 BASE = small_config(algorithm={"rounds": 2, "eval_every": 1}, data={"clients": 4}, train={"local_epochs": 1})
 BASE["algorithm"]["clients_per_round"] = 2

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from raysoft.config import TrainConfig
-from raysoft.models import Logistic, LinearRegression
+from raysoft.models import LinearRegression, Logistic
 from raysoft.optim import SGD, Adam
 from raysoft.params import get_flat, set_flat
 from raysoft.training import (

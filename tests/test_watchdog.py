@@ -27,8 +27,14 @@ time.sleep(600)
 
 
 def test_the_tree_of_a_process_by_hand():
-    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"])
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)",
+        ]
+    )
     try:
         for _ in range(100):
             if len(watchdog.tree([child.pid])) == 2:

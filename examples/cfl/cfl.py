@@ -37,8 +37,9 @@ This file imports only from ``raysoft.sdk``, the stable surface for plug-ins.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch

@@ -8,8 +8,9 @@ from the folder that holds this file (or with this file's folder on ``PYTHONPATH
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch

@@ -28,8 +28,9 @@ A round's diagnostics with ``weights_updated: True`` make the coordinator record
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Generic, Mapping, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch

@@ -30,17 +30,17 @@ The client half minimises objective (2), h_m(w) = f_m(w; D_m) + (rho/2)||w - wba
 wbar_m the last reply (:func:`client_update`, :func:`client_objective_gradient`).
 
 The settings are :class:`~raysoft.config.CCFLConfig` (the config's ``algorithm`` section);
-where the paper is ambiguous, the reading is a key of it. Vectors over clusters ([K]) are float64 numpy arrays; models are flat
-float32 torch vectors (:data:`~raysoft.params.Params`). Nothing here knows about Ray.
+where the paper is ambiguous, the reading is a key of it. Vectors over clusters ([K]) are float64
+numpy arrays; models are flat float32 torch vectors (:data:`~raysoft.params.Params`). Nothing here knows about Ray.
 """
 
 from __future__ import annotations
 
 import math
 import time
-
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -49,10 +49,10 @@ from torch import nn
 from ..params import ClientId, Params, weighted_sum
 from ..training import model_losses
 from .base import ClientContext
-from .stream import StreamAlgorithm, StreamClient, client_objective_gradient, client_start, client_update, nbytes
 from .settings import CCFLConfig
+from .stream import StreamAlgorithm, StreamClient, client_objective_gradient, client_start, client_update, nbytes
 
-Bar = Union[float, Literal["min"]]
+Bar = float | Literal["min"]
 ValSets = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 

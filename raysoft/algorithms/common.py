@@ -40,7 +40,9 @@ def own_data_metrics(ctx: ClientContext, model: torch.nn.Module) -> dict[str, fl
     split, on it too (prefixed ``test_``)."""
     out = evaluate(model, ctx.data.x, ctx.data.y, ctx.info.task)
     if ctx.data.test_x is not None:
-        out.update({f"test_{k}": v for k, v in evaluate(model, ctx.data.test_x, ctx.data.test_y, ctx.info.task).items()})
+        out.update(
+            {f"test_{k}": v for k, v in evaluate(model, ctx.data.test_x, ctx.data.test_y, ctx.info.task).items()}
+        )
     return out
 
 

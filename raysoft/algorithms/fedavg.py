@@ -12,7 +12,7 @@ FedSoft and FedEM's reference code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -22,7 +22,12 @@ from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext, WeightedMean
 from .common import (
-    batched_local_train, evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection,
+    batched_local_train,
+    evaluate_vector,
+    own_data_metrics,
+    scratch_optimizer,
+    train_from,
+    uniform_selection,
 )
 from .settings import FedAvgConfig, LocalConfig
 

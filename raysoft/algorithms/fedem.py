@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,10 +30,10 @@ import torch.nn.functional as F
 
 from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
+from ..rng import numpy_rng
 from ..training import evaluate, model_losses, outputs
 from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
 from .common import scratch_optimizer, train_from, uniform_selection
-from ..rng import numpy_rng
 from .settings import FedEMConfig
 
 

@@ -15,7 +15,7 @@ and the local models are FedSoft's personalised models.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,7 +64,9 @@ def select_clients(v: np.ndarray, k: int, rng: np.random.Generator) -> list[np.n
     return out
 
 
-def prox_gradient(grad_f: torch.Tensor, w: torch.Tensor, centers: torch.Tensor, u: torch.Tensor, lam: float) -> torch.Tensor:
+def prox_gradient(
+    grad_f: torch.Tensor, w: torch.Tensor, centers: torch.Tensor, u: torch.Tensor, lam: float
+) -> torch.Tensor:
     """Gradient (5) of h_k: grad f_k(w) + lambda * sum_s u_ks (w - c_s)."""
     return grad_f + lam * (u.sum() * w - u @ centers)
 
@@ -214,7 +216,11 @@ class FedSoft(Configured[FedSoftConfig]):
         else:
             trainers = everyone
         payload = {"centers": state.centers, "u": u, "prox_weight": a.prox_weight, "start": a.start}
-        sums = CenterSums(state.centers, tuple(selected)) if a.selection == "sample" else CenterSums(state.centers, None, v)
+        sums = (
+            CenterSums(state.centers, tuple(selected))
+            if a.selection == "sample"
+            else CenterSums(state.centers, None, v)
+        )
         res = yield ClientCall("train", trainers, payload, reduce=sums)
         dists = [res.rest[k][1] for k in res.clients]
         diag["diagnostics"] = {"coupling": float(np.mean(dists)) if dists else float("nan")}

@@ -19,8 +19,16 @@ import torch
 from ..params import ClientId, Params
 from ..training import model_losses
 from .base import ClientContext
-from .ccfl import (CCFLServerState, alpha2, count_updates, init_server_state, is_stale, personalised_model,
-                   staleness_gaps, update_clusters)
+from .ccfl import (
+    CCFLServerState,
+    alpha2,
+    count_updates,
+    init_server_state,
+    is_stale,
+    personalised_model,
+    staleness_gaps,
+    update_clusters,
+)
 from .fedsoft import importance_weights
 from .settings import CCFLConfig, FedSoftAsyncConfig
 from .stream import StreamAlgorithm, StreamClient, ValSets, nbytes

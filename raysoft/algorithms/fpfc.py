@@ -28,7 +28,7 @@ sets in turn replacing their members' models by the set's n-weighted mean.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch

@@ -22,7 +22,7 @@ the client's own data). ``assignment: oracle`` replaces the choice by the client
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch

@@ -138,7 +138,7 @@ class FPFCConfig(AlgorithmConfig):
     )
 
     @model_validator(mode="after")
-    def _xi_below_lambda(self) -> "FPFCConfig":
+    def _xi_below_lambda(self) -> FPFCConfig:
         if self.xi >= self.lam:
             raise ValueError(f"xi ({self.xi}) must be < lam ({self.lam})")
         if self.name == "fpfc" and self.rho * (self.a - 1) <= 1:
@@ -193,7 +193,9 @@ class StreamConfig(AlgorithmConfig):
         "keep training on the new data"
     )
     shift_threshold: float = Field(0.25, gt=0.0, le=1.0, description="upload_policy shift: total-variation threshold")
-    max_silent_ticks: int = Field(4, ge=0, description="upload_policy shift: upload anyway after this many silent ticks")
+    max_silent_ticks: int = Field(
+        4, ge=0, description="upload_policy shift: upload anyway after this many silent ticks"
+    )
 
     stream: ClassVar[bool] = True  # an asynchronous stream (raysoft.plugins.is_stream_algorithm)
     NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers", "rounds", "tau0", "cycle_uploads")
@@ -213,7 +215,7 @@ class StreamConfig(AlgorithmConfig):
         return filled
 
     @model_validator(mode="after")
-    def _stream_checks(self) -> "StreamConfig":
+    def _stream_checks(self) -> StreamConfig:
         if len(self.upload_rate) != 2 or not 0 < self.upload_rate[0] <= self.upload_rate[1]:
             raise ValueError("upload_rate must be [min, max] with 0 < min <= max")
         return self
@@ -276,7 +278,7 @@ class CCFLConfig(StreamConfig):
     sigma: float = Field(1e-4, ge=0.0, le=1.0, description="fedsoft_async: floor of the clients' mixture estimates")
 
     @model_validator(mode="after")
-    def _ccfl_checks(self) -> "CCFLConfig":
+    def _ccfl_checks(self) -> CCFLConfig:
         if self.c1 + self.c2 > 1:
             raise ValueError(f"c1 + c2 must be <= 1 (got {self.c1 + self.c2:g})")
         if not self.amplifier or min(self.amplifier) <= 0:

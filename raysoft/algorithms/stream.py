@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..config import AlgorithmConfig, Config, TrainConfig
+from ..config import Config, TrainConfig
 from ..data.drift import CycleData, DriftingImages
 from ..models import DataInfo, build_model
 from ..optim import SGD, Adam

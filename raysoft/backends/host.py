@@ -13,8 +13,8 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import MutableMapping
-from typing import Any, Iterable
+from collections.abc import Iterable, MutableMapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -224,7 +224,7 @@ class ClientHost:
             states, results = plugin_call(batched, ([self.contexts[k] for k in ids], [self.states[k] for k in ids],
                                                     payload, t), f"{self._who()} raised in client op {op!r} of "
                                                                  f"clients {ids[0]}..{ids[-1]} (batched), round {t}")
-            for k, st, res in zip(ids, states, results):
+            for k, st in zip(ids, states):
                 self.states[k] = st
             return {k: _to(res, torch.device("cpu")) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}

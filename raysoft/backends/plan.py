@@ -15,8 +15,8 @@ all need the same thing: enough bundles across the nodes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from ..config import ConfigError, RayConfig
 
@@ -35,7 +35,7 @@ class Cluster:
     name: str = "the cluster"
 
     @classmethod
-    def of(cls, resources: Mapping[str, float] | Sequence[Mapping[str, float]], **kw) -> "Cluster":
+    def of(cls, resources: Mapping[str, float] | Sequence[Mapping[str, float]], **kw) -> Cluster:
         """A cluster from one dict of resources (one node) or a list of them."""
         nodes = (resources,) if isinstance(resources, Mapping) else tuple(resources)
         return cls(nodes=nodes, **kw)
@@ -165,9 +165,11 @@ def refusal(num_clients: int, rc: RayConfig, cluster: Cluster, actors: int, have
             return (f"ray.num_cpus_per_actor: each client actor asks for {cpus:g} CPU"
                     f"{'s' if cpus > 1 else ''} but {where} has no CPU for it"
                     + (" on a node with a GPU" if gpus > 0 else ""))
-        return (f"ray.num_cpus_per_actor: each client actor asks for {cpus:g} CPU{'s' if cpus > 1 else ''} but "
-                f"{where} has at most {most:g} on a node; set ray.num_cpus_per_actor to {math.floor(most * 1e4) / 1e4:g}"
-                " or less")
+        return (
+            f"ray.num_cpus_per_actor: each client actor asks for {cpus:g} CPU{'s' if cpus > 1 else ''} but "
+            f"{where} has at most {most:g} on a node; set ray.num_cpus_per_actor to {math.floor(most * 1e4) / 1e4:g}"
+            " or less"
+        )
     per = "auto" if rc.clients_per_actor == "auto" else int(rc.clients_per_actor)
     fix = [f"set ray.clients_per_actor to {math.ceil(num_clients / have)} or more (or auto)"]
     c_fit = _largest(lambda v: slots(nodes, v, gpus) >= actors, cpus)

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
-from ..plugins import ship_paths
 from ..datafiles import DataFileError, MissingDataError
 from ..errors import PluginFailure, UpdateError
 from ..interrupts import keep_sigterm_handler
+from ..plugins import ship_paths
 from . import auth
 from .plan import Cluster, Plan, balanced_segments, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
@@ -139,7 +140,9 @@ def reserve(cfg: Config, p: Plan):
         ray.get(pg.ready(), timeout=rc.placement_timeout_s)
     except ray.exceptions.GetTimeoutError:
         remove_placement_group(pg)
-        raise ConfigError(not_placed(cfg.data.clients, rc, joined_cluster(), p.actors, rc.placement_timeout_s)) from None
+        raise ConfigError(
+            not_placed(cfg.data.clients, rc, joined_cluster(), p.actors, rc.placement_timeout_s)
+        ) from None
     except BaseException:
         remove_placement_group(pg)
         raise

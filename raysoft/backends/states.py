@@ -21,12 +21,11 @@ import shutil
 import socket
 import tempfile
 import weakref
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
-
 
 PREFIX = "raysoft-states-"
 

@@ -96,7 +96,7 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
             "quality_metric": "accuracy", "total_s": time.monotonic() - start}
 
 
-def _entropy(seq: "np.random.SeedSequence") -> np.ndarray:
+def _entropy(seq: np.random.SeedSequence) -> np.ndarray:
     """A seed sequence's entropy as int64s (its parts are below 2**63): the stream's prefix,
     to which a script appends the stream's indices."""
     return np.array(seq.entropy, dtype=np.int64)

@@ -11,7 +11,8 @@ sitting as the other systems: no system that does the arithmetic can be faster.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

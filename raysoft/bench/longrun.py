@@ -32,7 +32,9 @@ QUICK_ROUNDS = {"W1": 30, "W2": 20, "W3": 20, "W4": 20}
 SAMPLE_COLUMNS = ["workload", "elapsed_s", "round", "rss_mb", "pss_mb"]
 
 
-def tag_rounds(samples: list[tuple[float, float, float]], marks: list[tuple[float, int]]) -> list[tuple[float, int, float, float]]:
+def tag_rounds(
+    samples: list[tuple[float, float, float]], marks: list[tuple[float, int]]
+) -> list[tuple[float, int, float, float]]:
     """Each sample (time, RSS, PSS) as (seconds since the first sample, the round or upload the
     run had reached when it was taken (0 before the first mark, -1 after the last: the shut-down),
     RSS, PSS)."""

@@ -60,7 +60,7 @@ class PeakSampler:
                 self.samples.append((time.monotonic(), rss, pss))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PeakSampler":
+    def __enter__(self) -> PeakSampler:
         self._thread.start()
         return self
 

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         launch(args)
-    except BaseException as exc:  # noqa: BLE001 - one line on stderr for any failure
+    except BaseException as exc:  # one line on stderr for any failure
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
         sys.stdout.flush()
@@ -274,8 +274,6 @@ if __name__ == "__main__" and RANK_FLAG not in sys.argv[1:]:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-
 from pfl.aggregate.simulate import SimulatedBackend  # noqa: E402
 from pfl.aggregate.weighting import WeightByDatapoints  # noqa: E402
 from pfl.algorithm import FederatedAlgorithm, FederatedAveraging, NNAlgorithmParams  # noqa: E402
@@ -293,6 +291,7 @@ from pfl.internal.ops.selector import get_default_framework_module as get_ops  #
 from pfl.metrics import Metrics, Weighted  # noqa: E402
 from pfl.model.pytorch import PyTorchModel  # noqa: E402
 from pfl.stats import MappedVectorStatistics  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 def _scalar(data, key: str):
@@ -314,7 +313,7 @@ class EpochShuffled(Dataset):
         super().__init__((x, y), user_id=user_id)
         self._rng = rng
 
-    def iter(self, batch_size):  # noqa: A003 - pfl's name
+    def iter(self, batch_size):  # pfl's name
         x, y = self.raw_data
         if batch_size is None:
             yield [x, y]

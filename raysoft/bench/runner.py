@@ -18,9 +18,23 @@ from ..config import ConfigError
 from .memory import PeakSampler, tree_memory_mb
 from .workloads import DEFAULT_ROUNDS, PEERS, SYSTEMS, variants, workload_config
 
-COLUMNS = ["workload", "system", "algorithm", "clients", "sec_per_round", "updates_per_s", "peak_rss_mb", "peak_pss_mb", "rounds",
-           "updates_per_round",
-           "quality", "quality_metric", "total_s", "coordinator_busy_s", "coordinator_mb"]
+COLUMNS = [
+    "workload",
+    "system",
+    "algorithm",
+    "clients",
+    "sec_per_round",
+    "updates_per_s",
+    "peak_rss_mb",
+    "peak_pss_mb",
+    "rounds",
+    "updates_per_round",
+    "quality",
+    "quality_metric",
+    "total_s",
+    "coordinator_busy_s",
+    "coordinator_mb",
+]
 
 
 def coordinator_stats(res: dict[str, Any]) -> tuple[float, float]:
@@ -98,7 +112,7 @@ def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
 
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
-          timeout: float | None = None, clients: int | None = None, pfl: str = ".venv-pfl") -> "Any":
+          timeout: float | None = None, clients: int | None = None, pfl: str = ".venv-pfl") -> Any:
     """Run every (workload, system); write ``bench.parquet`` and return its table. ``clients``:
     W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``."""
     import pandas as pd
@@ -155,12 +169,14 @@ def _num(value: Any, fmt: str) -> str:
     return "–" if value is None or np.isnan(value) else format(value, fmt)
 
 
-def markdown(table: "Any") -> str:
+def markdown(table: Any) -> str:
     """The bench table, with raysoft's speed-up over each other system of the same workload (the
     floor's is below 1: raysoft's seconds are that many times the floor's)."""
-    lines = ["| workload | system | algorithm | N | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
-             "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | system | algorithm | N | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
+        "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for _, r in table.iterrows():
         ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")
                     & (table["algorithm"] == r["algorithm"])]["sec_per_round"]  # W4: each algorithm's own

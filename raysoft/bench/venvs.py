@@ -16,8 +16,8 @@ import os
 import signal
 import subprocess
 import venv
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 # (python, the failed pip run) -> None (no remedy), or (the remedy's pip run, a note for the stamp)
 Fallback = Callable[[Path, subprocess.CompletedProcess], "tuple[subprocess.CompletedProcess, str] | None"]
@@ -86,7 +86,7 @@ def ensure_venv(path: Path, requirements: Sequence[str], stamp_name: str, label:
             raise RuntimeError(f"{path} exists and is no virtual environment: not touching it")
         try:
             venv.EnvBuilder(with_pip=True, clear=path.exists()).create(path)
-        except Exception as exc:  # venv/ensurepip failures come in several types
+        except Exception as exc:  # noqa: BLE001 - venv/ensurepip failures come in several types
             raise RuntimeError(f"creating the {label} venv at {path} failed: {exc}".replace("\n", " ")) from None
         # keep the venv out of git when it lies inside a work tree (as Python 3.13's venv does)
         (path / ".gitignore").write_text("*\n")

@@ -27,7 +27,9 @@ def workload_config(name: str, rounds: int, quick: bool = False) -> dict[str, An
     name, _, population = name.partition("@")
     name, _, algorithm = name.partition(":")
     if population and (name != "W4" or not population.isdigit() or int(population) < 60):
-        raise ConfigError(f"--clients: only W4's population can be set, to 60 clients or more (got {name}@{population})")
+        raise ConfigError(
+            f"--clients: only W4's population can be set, to 60 clients or more (got {name}@{population})"
+        )
     if name == "W4":  # W2's data and CNN with N = 1,000 (rotations share images: see docs/performance.md)
         clients, channels, hidden = (20, [8, 16], 64) if quick else (int(population or 1000), [32, 64], 512)
         raw = workload_config("W2", rounds, quick)
@@ -59,11 +61,23 @@ def workload_config(name: str, rounds: int, quick: bool = False) -> dict[str, An
         return {
             "seed": 0,
             "algorithm": {"name": "fedavg", "rounds": rounds, "clients_per_round": k, "eval_every": rounds},
-            "data": {"name": "fmnist", "clients": clients, "distributions": 2, "partition": "10:90",
-                     "rotations": [0, 180], "test_samples": 1000},
+            "data": {
+                "name": "fmnist",
+                "clients": clients,
+                "distributions": 2,
+                "partition": "10:90",
+                "rotations": [0, 180],
+                "test_samples": 1000,
+            },
             "model": {"name": "cnn", "channels": channels, "hidden": hidden},
-            "train": {"optimizer": "sgd", "lr": 0.05 if quick else 0.01, "momentum": 0.0, "batch_size": 32, "local_epochs": 1,
-                      "shuffle": True},
+            "train": {
+                "optimizer": "sgd",
+                "lr": 0.05 if quick else 0.01,
+                "momentum": 0.0,
+                "batch_size": 32,
+                "local_epochs": 1,
+                "shuffle": True,
+            },
             "ray": {"num_cpus": 2, "num_cpus_per_actor": 1},
         }
     if name == "W3":  # CCFL, rotated Fashion-MNIST K = 4, 80 clients, 200 uploads (rounds: N uploads each)

@@ -1,4 +1,5 @@
-"""FedSoft's synthetic linear-regression mixture (FedSoft, AAAI'22, Experiments; docs/algorithms.md#synthetic-data-scale).
+"""FedSoft's synthetic linear-regression mixture (FedSoft, AAAI'22, Experiments;
+docs/algorithms.md#synthetic-data-scale).
 
 y = <x, theta_s> + eps, x ~ N(0, I_d), theta_s ~ N(0, sigma_0^2 I_d), eps ~ N(0, noise_std^2).
 The paper says sigma_0 = 10 (our default); the reference code passes 10 as a *variance*

@@ -64,20 +64,72 @@ computes the numbers; :mod:`.figures` draws them; :mod:`.markdown` writes report
 comparison; :mod:`.driver` decides which files go where (:func:`report`) and is the command.
 """
 
-from .analysis import (MAX_GROUPS, SHARE_BINS, best_center_series, final_weights, first_center, local_means,
-                       mean_kl, mixture_drifts, mixture_groups, run_label, stream_accuracy, true_shares, upload_cycles)
+from .analysis import (
+                       MAX_GROUPS,
+                       SHARE_BINS,
+                       best_center_series,
+                       final_weights,
+                       first_center,
+                       local_means,
+                       mean_kl,
+                       mixture_drifts,
+                       mixture_groups,
+                       run_label,
+                       stream_accuracy,
+                       true_shares,
+                       upload_cycles,
+)
 from .driver import compare_runs, main, report, report_dir, report_run
-from .figures import (COMPARISON_FILES, FIGURE_FILES, plot_center_metric, plot_clusters, plot_comparison,
-                      plot_final_weights, plot_kl_comparison, plot_stream_accuracy, plot_weights_by_group,
-                      save_figure)
+from .figures import (
+                       COMPARISON_FILES,
+                       FIGURE_FILES,
+                       plot_center_metric,
+                       plot_clusters,
+                       plot_comparison,
+                       plot_final_weights,
+                       plot_kl_comparison,
+                       plot_stream_accuracy,
+                       plot_weights_by_group,
+                       save_figure,
+)
 from .load import REQUIRED, STREAM_ALGORITHMS, ReportError, RunData, load_run, lower_is_better
 from .markdown import comparison_markdown, run_markdown
 
 __all__ = [
-    "COMPARISON_FILES", "FIGURE_FILES", "MAX_GROUPS", "REQUIRED", "SHARE_BINS", "STREAM_ALGORITHMS",
-    "ReportError", "RunData", "best_center_series", "compare_runs", "comparison_markdown", "final_weights", "first_center",
-    "load_run", "local_means", "lower_is_better", "main", "mean_kl", "mixture_drifts", "mixture_groups", "plot_center_metric",
-    "plot_clusters", "plot_comparison", "plot_final_weights", "plot_kl_comparison", "plot_stream_accuracy",
-    "plot_weights_by_group", "report", "report_dir", "report_run", "run_label", "run_markdown", "save_figure",
-    "stream_accuracy", "true_shares", "upload_cycles",
+    "COMPARISON_FILES",
+    "FIGURE_FILES",
+    "MAX_GROUPS",
+    "REQUIRED",
+    "SHARE_BINS",
+    "STREAM_ALGORITHMS",
+    "ReportError",
+    "RunData",
+    "best_center_series",
+    "compare_runs",
+    "comparison_markdown",
+    "final_weights",
+    "first_center",
+    "load_run",
+    "local_means",
+    "lower_is_better",
+    "main",
+    "mean_kl",
+    "mixture_drifts",
+    "mixture_groups",
+    "plot_center_metric",
+    "plot_clusters",
+    "plot_comparison",
+    "plot_final_weights",
+    "plot_kl_comparison",
+    "plot_stream_accuracy",
+    "plot_weights_by_group",
+    "report",
+    "report_dir",
+    "report_run",
+    "run_label",
+    "run_markdown",
+    "save_figure",
+    "stream_accuracy",
+    "true_shares",
+    "upload_cycles",
 ]

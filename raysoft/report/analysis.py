@@ -3,7 +3,8 @@ the best center's metric over rounds, a stream's upload-download cycles and its 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

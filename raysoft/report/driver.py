@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
-from .figures import (COMPARISON_FILES, FIGURE_FILES, plot_center_metric, plot_clusters, plot_comparison,
-                      plot_final_weights, plot_kl_comparison, plot_stream_accuracy, plot_weights_by_group,
-                      save_figure)
+from .figures import (
+    COMPARISON_FILES,
+    FIGURE_FILES,
+    plot_center_metric,
+    plot_clusters,
+    plot_comparison,
+    plot_final_weights,
+    plot_kl_comparison,
+    plot_stream_accuracy,
+    plot_weights_by_group,
+    save_figure,
+)
 from .load import REQUIRED, ReportError, RunData, load_run
 from .markdown import comparison_markdown, run_markdown
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,8 +18,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .analysis import (best_center_series, final_weights, first_center, mean_kl, mixture_drifts, mixture_groups,
-                       run_label, stream_accuracy, true_shares)
+from .analysis import (
+    best_center_series,
+    final_weights,
+    first_center,
+    mean_kl,
+    mixture_drifts,
+    mixture_groups,
+    run_label,
+    stream_accuracy,
+    true_shares,
+)
 from .load import RunData
 
 _PANEL = (4.6, 3.4)  # inches per subplot

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .analysis import best_center_series, local_means, mean_kl, regime, regime_text, stream_accuracy
 from .figures import FIGURE_FILES
@@ -113,9 +114,9 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
         "weights_by_group": "importance weights averaged over clients with the same true mixture (Figure 1, bottom)",
         "final_weights": "final weight of every client on the first cluster, with its true share (Figure 2)",
         "clusters": "predicted cluster of every client, coloured by its true cluster (FPFC paper, Table 1's Num, ARI)",
-        "ccfl_accuracy": "mean client accuracy before (Cli Bfr) and after (Cli Aft) every upload-download cycle and the "
-                         "cluster models' accuracy on their own distribution (CCFL paper, Figure 3); grey: the "
-                         "clients that reached each cycle",
+        "ccfl_accuracy": "mean client accuracy before (Cli Bfr) and after (Cli Aft) every upload-download cycle and "
+        "the cluster models' accuracy on their own distribution (CCFL paper, Figure 3); grey: the "
+        "clients that reached each cycle",
     }
     if figures.get("ccfl_accuracy") is not None:
         curves = stream_accuracy(run)
@@ -204,8 +205,10 @@ def _stream_comparison(streams: Sequence[RunData], out: Path, kl_figure: Path | 
     sent = [key for key in ("bytes_down_per_client", "bytes_up_per_client") if any(key in r.summary for r in streams)]
     head = "| run | algorithm | Cli Bfr | Cli Aft | Cluster | KL |"
     head += " KL / fedsoft_async |" if ref else ""
-    head += "".join({"bytes_down_per_client": " bytes down / client |", "bytes_up_per_client": " bytes up / client |"}[k]
-                    for k in sent)
+    head += "".join(
+        {"bytes_down_per_client": " bytes down / client |", "bytes_up_per_client": " bytes up / client |"}[k]
+        for k in sent
+    )
     lines = [
         "## Streams (the CCFL paper's Table 1 and Figure 4(b))", "",
         "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both the mean accuracy "

@@ -46,7 +46,6 @@ def checkpoint_types() -> list[Any]:
     from ..algorithms import ccfl, fedavg, fedem, fedsoft, fpfc, ifca, settings, stream
     from ..config import DataConfig
     from ..data.drift import DriftingImages
-
     from ..plugins import state_types
 
     core = getattr(np, "_core", None) or np.core

@@ -8,7 +8,8 @@ as long from that round on (applied where the client runs: :func:`slowdown`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -7,7 +7,8 @@ depend on the backend or on how clients are packed.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -208,8 +209,14 @@ class RoundCoordinator(CoordinatorBase):
         assign = getattr(self.algorithm, "assignment", None)
         if assign is not None:
             out.update(self._record_assignments(np.asarray(assign(self.state))))
-        out.update(run_id=self.recorder.run_id, kind="rounds", algorithm=self.cfg.algorithm.name, dataset=self.cfg.data.name,
-                   rounds=self.round, wall_time_s=self.elapsed())
+        out.update(
+            run_id=self.recorder.run_id,
+            kind="rounds",
+            algorithm=self.cfg.algorithm.name,
+            dataset=self.cfg.data.name,
+            rounds=self.round,
+            wall_time_s=self.elapsed(),
+        )
         return out
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:

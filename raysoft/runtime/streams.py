@@ -26,15 +26,14 @@ every evaluation; the means over all uploads are ``cli_bfr_all_uploads`` / ``cli
 from __future__ import annotations
 
 import time
-
 from typing import Any
 
 import numpy as np
 
 from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence, pretrain
 from ..config import Config
-from ..errors import plugin_call
 from ..data.drift import DriftingImages
+from ..errors import plugin_call
 from ..evaluation import summarize, weight_error
 from ..models import build_model
 from ..rng import numpy_rng
