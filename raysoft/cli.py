@@ -4,7 +4,7 @@
     raysoft run --resume RUN_DIR
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
-    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip]
+    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip] [--timeout S]
                   [--long-run]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--long-run", action="store_true",
                    help="raysoft alone, for many rounds (W1 1,000, W2 100, W3 2,000 uploads), its memory over "
                         "time: memory.parquet, memory.md, memory.png")
+    b.add_argument("--timeout", type=float, default=7200.0,
+                   help="seconds one measurement may take before it is stopped, exit 1 (default: %(default)g)")
     b.add_argument("--flower", default=".venv-flower",
                    help="the Flower virtual environment (created on first use), or 'skip'")
     b.add_argument("--pfl", default=".venv-pfl",
@@ -130,8 +132,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.long_run:
         from .bench.longrun import main as long_main
 
-        return long_main(workloads, args.rounds, args.out, args.quick)
-    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients, args.pfl)
+        return long_main(workloads, args.rounds, args.out, args.quick, args.timeout)
+    return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients, args.pfl,
+                      args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,6 +126,22 @@ def test_an_unknown_workload_is_a_one_line_error():
     ]
 
 
+@pytest.mark.parametrize("extra", [[], ["--long-run"]])
+def test_a_timeout_that_is_not_positive_is_a_one_line_error(extra):
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--workload", "W1", "--flower", "skip",
+                           "--pfl", "skip", "--timeout", "0", *extra], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    line = "raysoft bench: --timeout: seconds a measurement may take, above 0 (got 0)"
+    assert proc.stderr.strip().splitlines() == [line]
+
+
+def test_a_measurement_past_its_deadline_is_stopped(tmp_path):
+    from raysoft.bench.runner import _measure
+
+    with pytest.raises(RuntimeError, match=r"^W1 raysoft: timed out after 2 s \(--timeout\)$"):
+        _measure("W1 raysoft", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "x.json", 2.0)
+
+
 @pytest.mark.parametrize(
     "argv, line",
     [

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .runner import _measure
+from .runner import DEFAULT_TIMEOUT_S, _measure, check_timeout
 from .workloads import workload_config
 
 LONG_ROUNDS = {"W1": 1000, "W2": 100, "W3": 25, "W4": 20}  # W3: 25 rounds of 80 uploads = 2,000
@@ -127,17 +127,19 @@ def markdown(table: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool) -> int:
+def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
+         timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """``raysoft bench --long-run``: prints the growth table, then (last line) the directory
     holding memory.parquet. Bad input: one line, exit 2; a run that fails: one line, exit 1."""
     from ..config import ConfigError
 
     try:
+        check_timeout(timeout)
         for w in workloads:
             workload_config(w, 2)
         if rounds is not None and rounds < 20:
             raise ConfigError("--rounds: a long run needs at least 20 rounds (its warm-up is the first 10%)")
-        table = long_run(workloads, rounds, Path(out), quick)
+        table = long_run(workloads, rounds, Path(out), quick, timeout)
     except ConfigError as err:
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2

@@ -57,6 +57,14 @@ def round_stats(times: list[float], updates: list[int]) -> tuple[float, float]:
     return float(np.median(timed)), float(sum(done) / sum(timed))
 
 
+DEFAULT_TIMEOUT_S = 7200.0  # one measurement (a system on a workload); W3's long run takes about 40 min here
+
+
+def check_timeout(timeout: float) -> None:
+    if not timeout > 0:
+        raise ConfigError(f"--timeout: seconds a measurement may take, above 0 (got {timeout:g})")
+
+
 def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
              series: bool = False) -> tuple[dict[str, Any], PeakSampler]:
     env = dict(os.environ)
@@ -70,7 +78,7 @@ def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                raise RuntimeError(f"{label}: timed out after {timeout} s") from None
+                raise RuntimeError(f"{label}: timed out after {timeout:g} s (--timeout)") from None
         if code != 0:
             err.seek(0)
             lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
@@ -191,11 +199,12 @@ def markdown(table: Any) -> str:
 
 
 def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
-         clients: int | None = None, pfl: str = ".venv-pfl") -> int:
+         clients: int | None = None, pfl: str = ".venv-pfl", timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
     line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
-    that fails or times out: one line, exit 1."""
+    that fails or outlasts ``timeout`` seconds (each measurement): one line, exit 1."""
     try:
+        check_timeout(timeout)
         for w in workloads:
             workload_config(w, 2)
         if rounds is not None and rounds < 2:
@@ -204,7 +213,7 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
             if "W4" not in workloads:
                 raise ConfigError("--clients: sets W4's population; add W4 to --workload")
             workload_config(f"W4@{clients}", 2)
-        table = bench(workloads, rounds, Path(out), quick, flower, clients=clients, pfl=pfl)
+        table = bench(workloads, rounds, Path(out), quick, flower, timeout=timeout, clients=clients, pfl=pfl)
     except ConfigError as err:
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2
