@@ -13,6 +13,7 @@ run: install data
 
 test: install data
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 install: $(STAMP)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -85,7 +86,7 @@ def warm_up() -> None:
     opts = [Adam(LinearRegression(2).parameters(), lr=0.1) for _ in range(2)]
     x, y = torch.zeros(2, 2), torch.zeros(2)
     batched_proximal_train(model, torch.zeros(2, 2), opts, [x, x], [y, y], "regression",
-                           TrainConfig(batch_size=1, local_epochs=1), [None, None])
+                           TrainConfig.model_validate({"batch_size": 1, "local_epochs": 1}), [None, None])
 
 
 def _stack_state(opts: Sequence[Adam | SGD], d: int, attr: str) -> torch.Tensor:
@@ -246,7 +247,7 @@ def _lockstep_train(
         raise ValueError(f"batched_proximal_train: start has {d} parameters, the model {sum(sizes)}")
     buffers = {n: b for n, b in model.named_buffers()}
     adam = isinstance(opts[0], Adam)
-    o0 = opts[0]
+    o0: Any = opts[0]  # Adam or SGD (``adam`` says which), every client's alike
 
     def forward(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
         params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
@@ -261,7 +262,7 @@ def _lockstep_train(
         w = w.detach().requires_grad_(True)
         out = batched_forward(w, xb)
         (per_sample_loss(out.flatten(0, 1), yb.flatten(), task).view(wb.shape) * wb).sum().backward()
-        return w.grad
+        return cast(torch.Tensor, w.grad)
 
     # rows ordered by epoch length, longest first (ties by position): the clients that step at
     # step j (whose epoch has more than j batches) are then a prefix of the rows, computed as a
@@ -295,7 +296,8 @@ def _lockstep_train(
             np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :]
             + np.arange(steps_per_epoch)[None, :, None]
         )
-        sa_all = torch.from_numpy(np.asarray([o.steps for o in opts], dtype=np.float64)[None, None, :] + e_j + 1)
+        steps = [cast(Adam, o).steps for o in opts]
+        sa_all = torch.from_numpy(np.asarray(steps, dtype=np.float64)[None, None, :] + e_j + 1)
         lr_all = o0.lr / (1 - b1**sa_all).float()[..., None]  # lr / bc1: [epochs, steps, C, 1]
         bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None]
     else:
@@ -337,7 +339,7 @@ def _lockstep_train(
         _unstack_state(opts, m, "exp_avg", shapes)
         _unstack_state(opts, v, "exp_avg_sq", shapes)
         for o, n in zip(opts, spe):
-            o.steps += cfg.local_epochs * n
+            cast(Adam, o).steps += cfg.local_epochs * n
     elif o0.momentum:
         _unstack_state(opts, buf, "buffers", shapes)
     if not reordered:

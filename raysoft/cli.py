@@ -4,8 +4,8 @@
     raysoft run --resume RUN_DIR
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
-    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip] [--timeout S]
-                  [--long-run]
+    raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip]
+                  [--long-run] [--timeout S]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
 
@@ -25,6 +25,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from .config import ConfigError, load_config, load_raw
 from .errors import PluginFailure, RunStopped, UpdateError
@@ -38,11 +39,11 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.error_prefix = error_prefix
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.error_prefix}: error: {message}\n")
         raise SystemExit(2)
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         # the top parser finds a subcommand's unknown arguments: report them in the subcommand's name
         ns, extra = self.parse_known_args(args, namespace)
         if extra:

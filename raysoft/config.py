@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -59,15 +59,15 @@ class AlgorithmConfig(Section):
 
 
 def _default_algorithm() -> AlgorithmConfig:
-    return settings_class("algorithms", "fedsoft").model_validate({"name": "fedsoft"})
+    return cast(AlgorithmConfig, settings_class("algorithms", "fedsoft").model_validate({"name": "fedsoft"}))
 
 
-def _default_data() -> Section:
-    return settings_class("datasets", "synthetic").model_validate({"name": "synthetic"})
+def _default_data() -> DataConfig:
+    return cast(DataConfig, settings_class("datasets", "synthetic").model_validate({"name": "synthetic"}))
 
 
-def _default_model() -> Section:
-    return settings_class("models", "linear").model_validate({"name": "linear"})
+def _default_model() -> ModelConfig:
+    return cast(ModelConfig, settings_class("models", "linear").model_validate({"name": "linear"}))
 
 
 def _dispatch(kind: str, v: Any, default: str | None) -> Any:
@@ -387,7 +387,8 @@ class Config(Section):
             given = dict(algo)
             name = given.get("name", "fedsoft")
             try:
-                kind = settings_class("algorithms", name) if isinstance(name, str) else None
+                found = settings_class("algorithms", name) if isinstance(name, str) else None
+                kind = cast(type[AlgorithmConfig], found)
             except ConfigError:  # reported, with its key, when the section is validated
                 kind = None
         else:
@@ -515,7 +516,8 @@ def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"regimes.{name}.{section}: must be a mapping of keys (without 'name')")
     algo = out.get("algorithm", {})
     name = (
-        algo.name if isinstance(algo, Section) else algo.get("name", "fedsoft") if isinstance(algo, Mapping) else None
+        getattr(algo, "name", None) if isinstance(algo, Section)
+        else algo.get("name", "fedsoft") if isinstance(algo, Mapping) else None
     )
     for section, keys in (regimes.get(name) or {}).items():
         current = out.get(section, {})

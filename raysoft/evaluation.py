@@ -8,6 +8,7 @@ how the summary compares estimated importance weights with the true mixtures.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}
 
 
 def evaluate_centers(
-    scratch: nn.Module, centers: torch.Tensor, holdouts: list[tuple[torch.Tensor, torch.Tensor]], task: str
+    scratch: nn.Module, centers: torch.Tensor, holdouts: Sequence[tuple[torch.Tensor, torch.Tensor]], task: str
 ) -> dict[tuple[int, int], dict[str, float]]:
     """{(center, distribution): metrics} of every center on every holdout set."""
     out = {}

@@ -8,6 +8,8 @@ import inspect
 import typing
 from typing import Any
 
+from pydantic import BaseModel
+
 from .plugins import GROUPS, is_import_path, registered, settings_class, target
 
 
@@ -22,7 +24,7 @@ def _default_text(field: Any) -> str:
     return "required" if field.is_required() else repr(field.default)
 
 
-def setting_lines(settings: type) -> list[str]:
+def setting_lines(settings: type[BaseModel]) -> list[str]:
     """One line per setting of a settings class (``name`` left out): key, type, default, and
     the description where it has one."""
     lines = []

@@ -46,19 +46,19 @@ class _MaxPool2x2Fn(torch.autograd.Function):
     channel plane, whatever the layout), returned contiguous as the rest of the model expects."""
 
     @staticmethod
-    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y, idx = torch.nn.functional.max_pool2d(x.contiguous(memory_format=torch.channels_last), 2,
                                                 return_indices=True)
         return y.contiguous(), idx
 
     @staticmethod
-    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def, override]
+    def setup_context(ctx, inputs, output):
         ctx.shape = inputs[0].shape
         ctx.save_for_backward(output[1])
         ctx.mark_non_differentiable(output[1])
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _idx: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _idx: torch.Tensor) -> torch.Tensor:
         (idx,) = ctx.saved_tensors
         *lead, h, w = ctx.shape
         out = grad.new_zeros(*lead, h * w)
@@ -107,7 +107,7 @@ class ConvNet(nn.Module):
     and the 28x28 CNN of the benchmark workloads (32/64 channels, FC 512).
     """
 
-    def __init__(self, shape: tuple[int, ...], classes: int, channels: tuple[int, int], hidden: int) -> None:
+    def __init__(self, shape: tuple[int, ...], classes: int, channels: tuple[int, ...], hidden: int) -> None:
         super().__init__()
         c, h, w = shape
         c1, c2 = channels

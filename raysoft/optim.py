@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 
@@ -51,7 +52,8 @@ class Adam(_Base):
         bc2_sqrt = math.sqrt(1 - b2**self.steps)
         step_size = self.lr / bc1
         for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
-            g = p.grad if not self.weight_decay else p.grad.add(p, alpha=self.weight_decay)
+            grad = cast(torch.Tensor, p.grad)  # every parameter has one after backward
+            g = grad if not self.weight_decay else grad.add(p, alpha=self.weight_decay)
             m.lerp_(g, 1 - b1)
             v.mul_(b2).addcmul_(g, g.conj(), value=1 - b2)
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
@@ -69,7 +71,8 @@ class SGD(_Base):
     @torch.no_grad()
     def step(self) -> None:
         for i, p in enumerate(self.params):
-            g = p.grad if not self.weight_decay else p.grad.add(p, alpha=self.weight_decay)
+            grad = cast(torch.Tensor, p.grad)  # every parameter has one after backward
+            g = grad if not self.weight_decay else grad.add(p, alpha=self.weight_decay)
             if self.momentum:
                 buf = self.buffers[i]
                 if buf is None:

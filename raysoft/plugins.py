@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from .datafiles import one_line
 from .errors import ConfigError
 
@@ -62,10 +64,10 @@ class Registered:
 
 
 # the settings base class of each kind (raysoft.config registers them when it is imported)
-BASES: dict[str, type] = {}
+BASES: dict[str, type[BaseModel]] = {}
 
 
-def register_bases(**bases: type) -> None:
+def register_bases(**bases: type[BaseModel]) -> None:
     """Set the settings base class of each kind (``algorithms=AlgorithmConfig``, ...)."""
     BASES.update(bases)
 
@@ -96,7 +98,7 @@ def registered(kind: str) -> dict[str, Registered]:
         return _REGISTRY[kind]
     found: dict[str, Registered] = {}
     for ep in md.entry_points(group=GROUPS[kind]):
-        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+        dist = ep.dist.name if ep.dist is not None else "?"
         entry = Registered(ep.name, ep.value, dist)
         seen = found.get(ep.name)
         if seen is not None and seen.value != entry.value:
@@ -279,7 +281,7 @@ def is_stream_algorithm(name: str) -> bool:
     return bool(getattr(settings_class("algorithms", name), "stream", False))
 
 
-def settings_class(kind: str, name: str) -> type:
+def settings_class(kind: str, name: str) -> type[BaseModel]:
     """The settings class of the plug-in ``name`` of ``kind``: a declaration itself (its code is
     not imported), else the plug-in's ``Settings`` or the kind's base section, the plug-in being
     checked against its protocol."""

@@ -8,6 +8,8 @@ pulls towards one anchor are a = mu, b = mu * anchor; plain local training is a 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -117,10 +119,11 @@ def proximal_train(
             if pull_scale or target is not None:
                 with torch.no_grad():
                     for i, p in enumerate(params):
+                        grad = cast(torch.Tensor, p.grad)
                         if pull_scale:
-                            p.grad.add_(p, alpha=pull_scale)
+                            grad.add_(p, alpha=pull_scale)
                         if target is not None:
-                            p.grad.sub_(target[i])
+                            grad.sub_(target[i])
             optimizer.step()
             total += float(loss.detach()) * len(idx)
         last = total / n
@@ -132,4 +135,4 @@ def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str)
     model.train()
     model.zero_grad(set_to_none=False)
     per_sample_loss(model(x), y, task).mean().backward()
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).detach().clone()
+    return torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in model.parameters()]).detach().clone()

@@ -59,7 +59,7 @@ class Plan:
     several rows) and r_k the summed part of k's result."""
 
     start: torch.Tensor | None
-    terms: dict[int, Term | list[Term]]
+    terms: Mapping[int, Term | list[Term]]
 
     def apply(self, parts: Mapping[int, torch.Tensor], group: int | None = None) -> torch.Tensor | None:
         """The sum, ``parts[k]`` being client k's summed part, added into ``start`` in place
@@ -102,6 +102,15 @@ def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:
     while len(sums) > 1:
         sums = [torch.add(a, b) for a, b in zip(sums[0::2], sums[1::2])] + (sums[-1:] if len(sums) % 2 else [])
     return sums[0]
+
+
+
+def summed(plan: Plan, parts: Mapping[int, torch.Tensor]) -> torch.Tensor:
+    """``plan.apply(parts)`` for a plan that has a start or a term (an empty sum is an error)."""
+    out = plan.apply(parts)
+    if out is None:
+        raise ValueError("an empty sum: the plan has no start and no term")
+    return out
 
 
 class Reduction:
@@ -186,7 +195,8 @@ class ClientContext:
         return build_model(self.cfg.model, self.info, torch_generator(self.cfg.seed, *stream))
 
 
-RoundGenerator = Generator[ClientCall, dict[int, Any], tuple[Any, dict[str, Any]]]
+# a round yields calls and is sent each call's results: {client: result}, or a Reduced for a call with ``reduce``
+RoundGenerator = Generator[ClientCall, Any, tuple[Any, dict[str, Any]]]
 ClientOp = Callable[[ClientContext, Any, dict[str, Any], int], tuple[Any, Any]]
 
 

@@ -39,7 +39,7 @@ def own_data_metrics(ctx: ClientContext, model: torch.nn.Module) -> dict[str, fl
     """Metrics of ``model`` on the client's own training data and, where the client has a test
     split, on it too (prefixed ``test_``)."""
     out = evaluate(model, ctx.data.x, ctx.data.y, ctx.info.task)
-    if ctx.data.test_x is not None:
+    if ctx.data.test_x is not None and ctx.data.test_y is not None:
         out.update(
             {f"test_{k}": v for k, v in evaluate(model, ctx.data.test_x, ctx.data.test_y, ctx.info.task).items()}
         )
@@ -67,8 +67,10 @@ def batched_local_train(ctxs: list[ClientContext], models: list[torch.nn.Module]
     ctx = ctxs[0]
     if models is not None:
         w0 = torch.stack([get_flat(m) for m in models])
-    else:
+    elif start is not None:
         w0 = start[None, :].expand(len(ctxs), -1).clone()
+    else:
+        raise ValueError("batched_local_train needs the clients' models or a start vector")
     w = batched_proximal_train(
         ctx.scratch, w0, opts, [c.data.x for c in ctxs], [c.data.y for c in ctxs], ctx.info.task, ctx.cfg.train,
         [numpy_rng(ctx.cfg.seed, "shuffle", c.client, t) for c in ctxs], **pull,

@@ -32,7 +32,7 @@ from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import evaluate, model_losses, outputs
-from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext, summed
 from .common import scratch_optimizer, train_from, uniform_selection
 from .settings import FedEMConfig
 
@@ -66,7 +66,7 @@ class LearnerAverage(Reduction):
 
 def aggregate_learners(old: torch.Tensor, updates: dict[int, torch.Tensor], sizes: np.ndarray) -> torch.Tensor:
     """theta_m = sum_{t in S} (n_t/n) theta_m^(t) + (1 - sum_{t in S} n_t/n) theta_m^old."""
-    return LearnerAverage(sizes, old).plan(dict.fromkeys(updates)).apply(updates)
+    return summed(LearnerAverage(sizes, old).plan(dict.fromkeys(updates)), updates)
 
 
 @torch.no_grad()

@@ -24,7 +24,7 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
-from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext, summed
 from .common import batched_local_train, own_data_metrics
 from .settings import FedSoftConfig
 
@@ -107,7 +107,8 @@ class CenterSums(Reduction):
                 return Plan(self.old.clone(), {})
             rows = range(self.v.shape[0])
             return Plan(torch.zeros_like(self.old), {k: [(s, float(self.v[s, k])) for s in rows] for k in sorted(rest)})
-        start, terms = torch.zeros_like(self.old), {}
+        start = torch.zeros_like(self.old)
+        terms: dict[int, list[tuple[int | None, float]]] = {}
         for s, sel in enumerate(self.selected):
             members = [int(k) for k in sel if int(k) in rest]  # excluded updates are absent
             if not members:
@@ -119,12 +120,12 @@ class CenterSums(Reduction):
 
 def aggregate_selected(selected: list[np.ndarray], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """c_s = (1/|Sel_s|) sum_{k in Sel_s} w_k; a cluster that selected nobody keeps its center."""
-    return CenterSums(old, tuple(selected)).plan(dict.fromkeys(models)).apply(models)
+    return summed(CenterSums(old, tuple(selected)).plan(dict.fromkeys(models)), models)
 
 
 def aggregate_full(v: np.ndarray, models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Full participation: c_s = sum_k v_sk w_k (``old`` if there is no model)."""
-    return CenterSums(old, None, v).plan(dict.fromkeys(models)).apply(models)
+    return summed(CenterSums(old, None, v).plan(dict.fromkeys(models)), models)
 
 
 # ----------------------------------------------------------------------------- state
@@ -202,7 +203,8 @@ class FedSoft(Configured[FedSoftConfig]):
     def round(self, ctx: ServerContext, state: FedSoftState, t: int) -> RoundGenerator:
         a = self.settings
         everyone = list(range(ctx.num_clients))
-        u, diag = state.u, {}
+        u = state.u
+        diag: dict[str, Any] = {}
         if t % a.estimation_interval == 0:
             res = yield ClientCall("estimate", everyone, {"centers": state.centers, "sigma": a.sigma})
             u = state.u.copy()  # a client whose estimate was excluded keeps its previous one

@@ -72,6 +72,7 @@ class FedSoftAsync(StreamAlgorithm):
 
     def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
         models = reply["models"]
+        assert cs.mu is not None  # estimated before its first upload
         return personalised_model(models, cs.mu), models, nbytes(models)
 
     def estimate(self, ctx: ClientContext, cs: StreamClient, models: torch.Tensor | None) -> np.ndarray | None:

@@ -21,6 +21,7 @@ the client's own data). ``assignment: oracle`` replaces the choice by the client
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import full_gradient
-from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext, summed
 from .common import evaluate_vector, mean_losses, scratch_optimizer, train_from, uniform_selection
 from .settings import IFCAConfig
 
@@ -91,12 +92,12 @@ class CenterUpdate(Reduction):
 def average_members(assignments: dict[int, int], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Option II: theta_j = plain average of the models of the clients that chose j; empty
     clusters keep their center."""
-    return CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models}).apply(models)
+    return summed(CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models}), models)
 
 
 def gradient_step(assignments: dict[int, int], grads: dict[int, Params], old: torch.Tensor, lr: float) -> torch.Tensor:
     """Option I: theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m = number of selected clients."""
-    return CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads}).apply(grads)
+    return summed(CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads}), grads)
 
 
 def one_hot(assignment: np.ndarray, k: int) -> np.ndarray:
@@ -145,7 +146,7 @@ class IFCA(Configured[IFCAConfig]):
         stream = ("center",) if attempt == 0 else ("center-attempt", attempt)
         return torch.stack([get_flat(ctx.new_model(*stream, j)) for j in range(k)])
 
-    def good_init(self, ctx: ServerContext, state: IFCAState) -> RoundGenerator:
+    def good_init(self, ctx: ServerContext, state: IFCAState) -> Generator[ClientCall, Any, torch.Tensor]:
         """Re-draw the centers until each one is chosen by >= init_threshold of all clients
         (keeps the most balanced draw if none qualifies)."""
         a = self.settings

@@ -121,7 +121,7 @@ def client_update(model: nn.Module, optimizer: Adam | SGD, x: torch.Tensor, y: t
 class StreamAlgorithm(Configured[StreamConfig]):
     """The template every stream algorithm shares; subclasses fill in the hooks."""
 
-    Settings = StreamConfig
+    Settings: type[StreamConfig] = StreamConfig
 
     stream = True  # marks the stream template (raysoft.plugins.stream_base)
     own_data = True  # the client's data is built per cycle, not by the federation

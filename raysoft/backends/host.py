@@ -62,7 +62,7 @@ class ClientHost:
         self._dead = False
         fed = Federation(cfg.data, cfg.seed)
         self.contexts: dict[int, ClientContext] = {}
-        self.states: StateStore | dict[int, Any] = {}
+        self.states: MutableMapping[int, Any] = {}
         self.kept: dict[int, Any] = {}  # summed parts of results held for add_terms()
         self.fed = fed
         self.scratch = build_model(cfg.model, fed.info).to(self.device)  # shared: ops never keep it
@@ -158,10 +158,10 @@ class ClientHost:
             self.visitors.popitem(last=False)
         own_contexts, own_states = self.contexts, self.states
         self.contexts = {**own_contexts, **{k: self.visitors[k] for k in guests}}
-        self.states = _Visiting(own_states, guests)
+        self.states = visiting = _Visiting(own_states, guests)
         try:
             out = getattr(self, method)(op, client_ids, payload, t, *extra)
-            changed = self.states.changed
+            changed = visiting.changed
         finally:
             self.contexts, self.states = own_contexts, own_states
         return out, {k: _state_to(guests[k], torch.device("cpu")) for k in sorted(changed)}
@@ -254,7 +254,8 @@ class _Visiting(MutableMapping):
     which visitors' states the op replaced."""
 
     def __init__(self, own: Any, guests: dict[int, Any]) -> None:
-        self.own, self.guests, self.changed = own, guests, set()
+        self.own, self.guests = own, guests
+        self.changed: set[int] = set()
 
     def __getitem__(self, k: int) -> Any:
         return self.guests[k] if k in self.guests else self.own[k]
@@ -307,6 +308,7 @@ def _tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
         return [obj]
     if isinstance(obj, torch.nn.Module):
         return list(obj.parameters()) + list(obj.buffers())
+    items: Iterable[Any]
     if isinstance(obj, dict):
         items = obj.values()
     elif isinstance(obj, (list, tuple)):

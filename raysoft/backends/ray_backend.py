@@ -86,6 +86,8 @@ def local_cluster(rc: RayConfig) -> Cluster | None:
         from ray._private.resource_and_label_spec import ResourceAndLabelSpec
 
         spec = ResourceAndLabelSpec(num_cpus=rc.num_cpus).resolve(is_head=True, node_ip_address="127.0.0.1")
+        if spec.num_cpus is None:
+            raise ValueError("no CPU count")
         node = {"CPU": float(spec.num_cpus), "GPU": float(spec.num_gpus or 0)}
     except Exception:  # noqa: BLE001 - a private API
         if rc.num_gpus_per_actor > 0:
@@ -275,7 +277,7 @@ class RayExecutor:
 
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=self.pg, placement_group_bundle_index=self.first_bundle + index)
-        return ClientActor.options(**opts).remote(self.cfg_dict, block)
+        return ClientActor.options(**opts).remote(self.cfg_dict, block)  # type: ignore[attr-defined]  # an ActorClass
 
     def _placed(self, indices) -> None:
         """Wait, at most ``ray.placement_timeout_s``, until the actors ``indices`` run (placed
@@ -365,8 +367,8 @@ class RayExecutor:
             if i not in lent:
                 futures.append(getattr(self.actors[i], method).remote(op, ks, ref, t, *extra))
                 continue
-            out, back[i] = self.actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
-            futures.append(out)
+            visit, back[i] = self.actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            futures.append(visit)
         # the visitors' new states go home, actor to actor; asked for after every call, so that
         # no actor's own training waits behind a take (an actor runs its calls in order)
         returned = [self.actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]
@@ -414,7 +416,7 @@ class RayExecutor:
             self.placement[i] = where
 
 
-@ray.remote(num_cpus=0, concurrency_groups={"control": 1})
+@ray.remote(num_cpus=0, concurrency_groups={"control": 1})  # type: ignore[call-overload]  # missing from Ray's stubs
 class CoordinatorActor:
     """Runs the rounds of one experiment over the client actors (built by :meth:`start`, so
     that an error while building them is an ordinary task error, one line to the user).
@@ -554,7 +556,8 @@ def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resum
         # the plug-ins named by import path travel with the coordinator (Ray's py_modules); its
         # client actors inherit its runtime environment
         env = plugin_env(cfg)
-        coord = CoordinatorActor.options(scheduling_strategy=here, **({"runtime_env": env} if env else {})).remote()
+        coord = CoordinatorActor.options(  # type: ignore[attr-defined]  # an ActorClass
+            scheduling_strategy=here, **({"runtime_env": env} if env else {})).remote()
         _get(coord.start.remote(cfg.to_dict(), run_id, run_dir, resume, p.blocks, pg or trial_pg,
                                 1 if trial_pg is not None else 0))
         advance: Callable[..., dict[str, Any]] = lambda stop=False: _get(coord.advance.remote(stop))  # noqa: E731

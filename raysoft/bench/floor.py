@@ -29,11 +29,13 @@ def _images(cfg: Config, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     if hasattr(cfg.algorithm, "public_samples"):  # a stream's data: the server's validation images
         from ..data.drift import DriftingImages
 
-        a = cfg.algorithm
+        a: Any = cfg.algorithm  # a stream's settings
         x, y = DriftingImages(cfg.data, cfg.seed, a.public_samples, a.rest_split, a.validation).validation(0)
         return x[:batch], y[:batch]
     fed = Federation(cfg.data, cfg.seed)
-    xs, ys, k = [], [], 0
+    xs: list[torch.Tensor] = []
+    ys: list[torch.Tensor] = []
+    k = 0
     while sum(len(y) for y in ys) < batch:
         d = fed.client_data(k)
         xs.append(d.x)

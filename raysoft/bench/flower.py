@@ -40,6 +40,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this file's folder (raysoft/bench, modules for raysoft's interpreter, not this
 # venv's) comes first on sys.path, where a module of it could shadow one flwr or Ray imports.
@@ -91,7 +92,7 @@ def _scalar(data, key: str):
 def load_spec(path: Path) -> dict:
     """Everything but the clients' data (the clients read their own from the file)."""
     with np.load(path) as data:
-        spec = {
+        spec: dict[str, Any] = {
             "num_clients": int(_scalar(data, "num_clients")),
             "lr": float(_scalar(data, "lr")),
             "momentum": float(_scalar(data, "momentum")),
@@ -120,7 +121,7 @@ def load_spec(path: Path) -> dict:
         for k in range(spec["num_clients"]):
             if f"x_{k}" not in data.files or f"y_{k}" not in data.files:
                 raise ValueError(f"the data file has no x_{k}/y_{k}")
-        inits = []
+        inits: list[np.ndarray] = []
         while f"init_{len(inits)}" in data.files:
             inits.append(np.asarray(data[f"init_{len(inits)}"], dtype=np.float32))
         spec["init"] = inits

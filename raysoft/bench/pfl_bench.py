@@ -102,6 +102,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this file's folder (raysoft/bench, modules for raysoft's interpreter, not this
 # venv's) comes first on sys.path, where a module of it could shadow one pfl imports.
@@ -202,8 +203,8 @@ def launch(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)  # rank 0 writes it afresh
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="raysoft-pfl-") as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory(prefix="raysoft-pfl-") as scratch_dir:
+        scratch = Path(scratch_dir)
         # pfl makes the ranks a torch.distributed group at tcp://<the first address>; the
         # others only count the ranks
         port = _free_port()
@@ -372,7 +373,7 @@ class CNN(nn.Module):
     Linear(hidden, classes), for 1x28x28 inputs (raysoft's ``cnn``); with the ``loss`` and
     ``metrics`` pfl's PyTorchModel calls."""
 
-    def __init__(self, channels: tuple[int, int], hidden: int, classes: int) -> None:
+    def __init__(self, channels: tuple[int, ...], hidden: int, classes: int) -> None:
         super().__init__()
         c1, c2 = int(channels[0]), int(channels[1])
         self.net = nn.Sequential(
@@ -651,7 +652,7 @@ class FedSoft(FederatedAlgorithm):
 
 
 def load_fedsoft(data) -> dict:
-    spec = {key: int(_scalar(data, key)) for key in (
+    spec: dict[str, Any] = {key: int(_scalar(data, key)) for key in (
         "num_clients", "num_centers", "num_distributions", "dim", "rounds", "clients_per_round",
         "estimation_interval", "batch_size", "local_epochs", "seed")}
     spec.update({key: float(_scalar(data, key)) for key in ("sigma", "prox_weight", "lr")})

@@ -71,7 +71,8 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     tables, summary = run_backend(cfg, "bench", on_progress)
     total = time.monotonic() - start
     if workload == "W3":  # a "round" is N uploads; the first advance is the initial evaluation
-        times, done = stream_rounds([(m[0], m[1]) for m in marks[1:]], work[1:], cfg.data.clients)
+        times, done_w3 = stream_rounds([(m[0], m[1]) for m in marks[1:]], work[1:], cfg.data.clients)
+        done: list[dict[str, Any]] = list(done_w3)
         updates = [cfg.data.clients] * len(times)
     else:
         times = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
@@ -97,7 +98,12 @@ def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, expo
 
         # W2's floor follows FedAvg's selection stream; the others' count the work of raysoft's
         # own run of the workload (``export``: its result), which must come first
-        res = floor_w2(raw) if workload == "W2" else floor_of_run(workload, raw, json.loads(Path(export).read_text()))
+        if workload == "W2":
+            res = floor_w2(raw)
+        elif export is None:
+            raise ValueError(f"the floor of {workload} needs raysoft's result of the workload (EXPORT)")
+        else:
+            res = floor_of_run(workload, raw, json.loads(Path(export).read_text()))
     elif workload == "W1":
         res = bare_fedsoft(raw, export)
     else:

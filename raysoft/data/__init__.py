@@ -44,9 +44,10 @@ class Federation:
         self.seed = seed = cfg.draw_seed(seed)
         rng = numpy_rng(seed, "partition", str(cfg.partition))
         self._gen = resolve("datasets", cfg.name)(cfg, seed)
-        self.info = getattr(self._gen, "info", None)
-        if not isinstance(self.info, DataInfo):
-            raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.sdk.DataInfo (got {self.info!r})")
+        info = getattr(self._gen, "info", None)
+        if not isinstance(info, DataInfo):
+            raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.sdk.DataInfo (got {info!r})")
+        self.info: DataInfo = info
         if hasattr(self._gen, "client_sizes"):
             self.sizes = np.asarray(self._gen.client_sizes(cfg.clients, rng), dtype=np.int64)
         else:

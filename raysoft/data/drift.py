@@ -111,9 +111,9 @@ class DriftingImages:
                 x, y = pool.test_x[idx], pool.test_y[idx]
             xs.append(rotate(_to_float(x), angle))
             ys.append(torch.from_numpy(y))
-        x, y = torch.cat(xs), torch.cat(ys)
-        order = torch.from_numpy(rng.permutation(len(y)))
-        return x[order], y[order]
+        images, labels = torch.cat(xs), torch.cat(ys)
+        order = torch.from_numpy(rng.permutation(len(labels)))
+        return images[order], labels[order]
 
     def cycle(self, client: int, cycle: int) -> CycleData:
         """Client ``client``'s fresh dataset of cycle ``cycle`` (and its test set)."""

@@ -57,8 +57,8 @@ def report_run(run: RunData) -> list[Path]:
                 skipped[name] = ("the clients' true mixtures drift from cycle to cycle, so no client has one true "
                                  "mixture to group by (final_weights.png and the KL show the estimates)")
             continue
-        figures[name] = save_figure(fig, run.path / FIGURE_FILES[name])
-        written.append(figures[name])
+        figures[name] = saved = save_figure(fig, run.path / FIGURE_FILES[name])
+        written.append(saved)
     written.append(_write_text(run.path / "report.md", run_markdown(run, figures, skipped)))
     return written
 

@@ -152,7 +152,7 @@ def plot_final_weights(run: RunData) -> Figure | None:
     if not shares.empty and 0 in shares.columns:
         ax.scatter(shares.index.to_numpy(), shares[0].to_numpy(), marker="_", s=120, color="tab:red",
                    label="true share of distribution 0", gid="truth", zorder=2)
-    matched = bool(run.matching) and run.matching.get(0) == c0
+    matched = run.matching is not None and run.matching.get(0) == c0
     ax.set_title(_title(run, f"final weight on center {c0}" + (" (matched to distribution 0)" if matched else "")),
                  fontsize="medium")
     ax.set_xlabel("client")
@@ -238,8 +238,7 @@ def plot_kl_comparison(runs: Sequence[RunData]) -> Figure | None:
     """CCFL's Figure 4(b): the mean KL(true mixture || estimate) over every upload, one bar
     per run with ``kl`` rows (``patches`` in run order, ``gid`` = the run directory's name; label:
     the algorithm, with the run's name when algorithms repeat). ``None`` when no run has any."""
-    kls = [(r, mean_kl(r)) for r in runs]
-    kls = [(r, v) for r, v in kls if v is not None]
+    kls = [(r, v) for r in runs if (v := mean_kl(r)) is not None]
     if not kls:
         return None
     drawn = [r for r, _ in kls]

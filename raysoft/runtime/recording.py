@@ -70,6 +70,11 @@ class CoordinatorBase:
     def done(self) -> bool:
         raise NotImplementedError
 
+    @property
+    def round(self) -> int:
+        """The current round (a stream's: the uploads applied so far)."""
+        raise NotImplementedError
+
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(tables as columns, summary), for the writer."""
         raise NotImplementedError

@@ -46,7 +46,7 @@ class RoundCoordinator(CoordinatorBase):
     CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means")
 
     def __init__(self, cfg: Config, executor: Any, algorithm: Any, run_id: str, run_dir: str | None = None) -> None:
-        self.round = 0
+        self._round = 0
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
         self.fed = Federation(cfg.data, cfg.seed)
@@ -57,6 +57,14 @@ class RoundCoordinator(CoordinatorBase):
         self.scratch = build_model(cfg.model, self.fed.info)
         self.metric = HEADLINE[self.fed.info.task]
         self.init_run()
+
+    @property
+    def round(self) -> int:
+        return self._round
+
+    @round.setter
+    def round(self, value: int) -> None:
+        self._round = value
 
     def _exec(self, fn: Callable[..., Any], *args: Any, sent: Any = None) -> Any:
         """``fn(*args)`` on the executor, its time counted as waiting on the clients and the

@@ -275,7 +275,7 @@ class StreamCoordinator(CoordinatorBase):
         out = summarize(scores, "accuracy", means, weights, truth)
         if weights is not None:  # cluster k is pre-trained on distribution k: no matching to guess
             out["matching"] = {str(s): s for s in range(k)}
-            out["weight_mae"] = weight_error(weights, truth, np.arange(k))
+            out["weight_mae"] = weight_error(weights, truth, tuple(range(k)))
         # the CCFL paper's Table 1: clients' accuracy at their final upload-download cycle (before
         # uploading and of the reply), the clusters' accuracy averaged over all evaluations; the
         # mean KL; and the means over every upload
