@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from .config import ConfigError, load_config, load_raw
+from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
 from .errors import PluginFailure, RunStopped, UpdateError
 
 
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
     c = sub.add_parser("compare", help="run several algorithms on identical clients and seeds")
     c.add_argument("config", help="experiment YAML (see jobs/compare_fmnist.yaml)")
-    c.add_argument("--algorithms", default="fedsoft,ifca,fedem,fedavg,local",
+    c.add_argument("--algorithms", default=",".join(COMPARE_DEFAULT),
                    help="comma-separated algorithm names (default: %(default)s)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")

@@ -487,6 +487,7 @@ def _format_error(err: ValidationError) -> str:
 
 
 REGIME_SECTIONS = ("algorithm", "train", "model")
+COMPARE_DEFAULT = ("fedsoft", "ifca", "fedem", "fedavg", "local")  # raysoft compare's algorithms by default
 
 
 def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,11 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from .metrics import LOWER_IS_BETTER
 from .params import set_flat
 from .training import evaluate
-
-HEADLINE = {"regression": "mse", "classification": "accuracy"}
-LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}
 
 
 def evaluate_centers(

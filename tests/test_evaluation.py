@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from raysoft.evaluation import HEADLINE, LOWER_IS_BETTER, evaluate_centers, match_centers, summarize, weight_error
+from raysoft.evaluation import evaluate_centers, match_centers, summarize, weight_error
+from raysoft.metrics import HEADLINE, LOWER_IS_BETTER
 from raysoft.models import LinearRegression
 
 

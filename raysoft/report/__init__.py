@@ -44,7 +44,7 @@ metric at every evaluation, i.e. the best over the centers at that round, one li
 with at least two stream runs, ``comparison_kl.png`` reproduces CCFL's **Figure 4(b)**: the
 mean KL(true mixture || estimate) over all uploads, one bar per run that records ``kl``.
 
-Stream runs (a ``summary.json`` ``algorithm`` in :data:`STREAM_ALGORITHMS`, or client rows named
+Stream runs (a ``summary.json`` of ``kind`` stream or naming a stream algorithm, or client rows named
 ``accuracy_before``) have one upload per step: their x axes say "global epoch t (uploads)", and
 cluster model k belongs to distribution k by construction (pre-trained on its public set; the
 estimates and the KL compare u_k with share k), so the figures match center k to distribution k
@@ -64,6 +64,7 @@ computes the numbers; :mod:`.figures` draws them; :mod:`.markdown` writes report
 comparison; :mod:`.driver` decides which files go where (:func:`report`) and is the command.
 """
 
+from ..metrics import lower_is_better
 from .analysis import (
                        MAX_GROUPS,
                        SHARE_BINS,
@@ -92,7 +93,7 @@ from .figures import (
                        plot_weights_by_group,
                        save_figure,
 )
-from .load import REQUIRED, STREAM_ALGORITHMS, ReportError, RunData, load_run, lower_is_better
+from .load import REQUIRED, ReportError, RunData, load_run
 from .markdown import comparison_markdown, run_markdown
 
 __all__ = [
@@ -101,7 +102,6 @@ __all__ = [
     "MAX_GROUPS",
     "REQUIRED",
     "SHARE_BINS",
-    "STREAM_ALGORITHMS",
     "ReportError",
     "RunData",
     "best_center_series",

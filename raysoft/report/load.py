@@ -9,11 +9,23 @@ from typing import Any
 
 import pandas as pd
 
+from ..metrics import lower_is_better
+
 REQUIRED = ("summary.json", "metrics.parquet")
-_LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}  # as raysoft.evaluation
-STREAM_ALGORITHMS = ("ccfl", "fedsoft_async", "local_stream")  # streams of runs whose summary has no "kind"
 _WEIGHT_COLUMNS = ["run_id", "step", "client", "center", "estimate"]
 _CLIENT_COLUMNS = ["run_id", "step", "client", "distribution", "share", "samples"]
+
+
+def _stream_algorithm(name: str) -> bool:
+    """A run whose summary has no ``kind`` (an older run): its algorithm says whether it was a
+    stream; an algorithm this process does not know was not."""
+    from ..config import ConfigError
+    from ..plugins import PluginError, is_stream_algorithm
+
+    try:
+        return is_stream_algorithm(name)
+    except (ConfigError, PluginError):
+        return False
 
 
 class ReportError(ValueError):
@@ -59,7 +71,7 @@ class RunData:
     def is_stream(self) -> bool:
         """An asynchronous stream run: its summary's ``kind`` says so (or, for runs written before
         it had one, a built-in stream algorithm), or client rows named ``accuracy_before``."""
-        if self.summary.get("kind") == "stream" or self.algorithm in STREAM_ALGORITHMS:
+        if self.summary.get("kind") == "stream" or _stream_algorithm(self.algorithm):
             return True
         m = self.metrics
         return bool(((m.scope == "client") & (m.metric == "accuracy_before")).any())
@@ -84,10 +96,6 @@ class RunData:
         """The cluster rows of the headline metric (step, entity = center, eval_dist, value)."""
         m = self.metrics
         return m[(m.scope == "cluster") & (m.metric == self.metric)]
-
-
-def lower_is_better(metric: str) -> bool:
-    return _LOWER_IS_BETTER.get(metric, metric.endswith("mse") or metric.endswith("loss"))
 
 
 def _one_line(err: BaseException) -> str:

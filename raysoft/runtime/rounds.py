@@ -18,7 +18,8 @@ from ..algorithms.base import split_result
 from ..config import Config
 from ..data import Federation
 from ..errors import UpdateError, plugin_call
-from ..evaluation import HEADLINE, LOWER_IS_BETTER, summarize
+from ..evaluation import summarize
+from ..metrics import HEADLINE, LOWER_IS_BETTER
 from ..models import build_model
 from .executor import finite
 from .recording import CoordinatorBase

@@ -1,0 +1,13 @@
+"""The names of the metrics and which way is better: shared by the runs that record them and
+the reports that read them (no torch here, so a report does not import it)."""
+
+from __future__ import annotations
+
+HEADLINE = {"regression": "mse", "classification": "accuracy"}  # a task's headline metric
+LOWER_IS_BETTER = {"mse": True, "loss": True, "accuracy": False}
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of ``metric`` is better: the known metrics, else any name that
+    ends in ``mse`` or ``loss`` (a plug-in's own metrics)."""
+    return LOWER_IS_BETTER.get(metric, metric.endswith("mse") or metric.endswith("loss"))
