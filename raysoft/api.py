@@ -138,6 +138,22 @@ def in_ray_job() -> bool:
     return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
 
 
+def job_output_dir(out_dir: str, address: str) -> str:
+    """Where a run submitted as a Ray Job to the Jobs API at ``address`` writes: a URI or an
+    absolute path as given; a relative path is made absolute here when the cluster runs on this
+    machine (a loopback address: its nodes see this machine's files), and refused otherwise
+    (:func:`check_output_survives`)."""
+    from urllib.parse import urlparse
+
+    if not is_uri(out_dir) and not Path(out_dir).is_absolute() and urlparse(address).hostname in LOOPBACK:
+        return str(Path(out_dir).absolute())
+    check_output_survives(out_dir, job=True)
+    return out_dir
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def check_output_survives(out_dir: str, job: bool) -> None:
     """A run submitted as a Ray Job writes from the job's unpacked working directory, which Ray
     deletes: a relative ``output.dir`` would lose the results, so it is refused."""

@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config value (repeatable)")
     r.add_argument("--out", help="output directory (overrides output.dir)")
-    r.add_argument("--address", help="Ray address to join: auto, ray://host:10001 or http://host:8265")
+    r.add_argument("--address", help="Ray address to join: host:port (a head's GCS, e.g. 127.0.0.1:6379), auto, "
+                                     "ray://host:10001, or http://host:8265 (the Jobs API: run as a Ray Job)")
     r.add_argument("--progress", choices=["auto", "bar", "lines", "none"], help="progress display")
     r.add_argument("--token-file", help="the cluster's authentication token (default: RAY_AUTH_TOKEN, "
                                         "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated algorithm names (default: %(default)s)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")
-    c.add_argument("--address", help="Ray address to join")
+    c.add_argument("--address", help="Ray address to join: host:port, auto or ray://host:10001")
     c.add_argument("--progress", choices=["auto", "bar", "lines", "none"])
     c.add_argument("--token-file", help="the cluster's authentication token")
     rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("sweep", nargs="?", metavar="SWEEP", help="sweep YAML (see jobs/sweep_example.yaml)")
     sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue an interrupted sweep")
     sw.add_argument("--out", help="where the sweep directory goes (default: the base config's output.dir)")
-    sw.add_argument("--address", help="Ray address to join")
+    sw.add_argument("--address", help="Ray address to join: host:port, auto or ray://host:10001")
     sw.add_argument("--token-file", help="the cluster's authentication token")
     ls = sub.add_parser("list", help="the algorithms, models, datasets and callbacks a config can name, with "
                                      "every setting")
@@ -167,17 +168,17 @@ def main(argv: list[str] | None = None) -> int:
                     raise ConfigError("run: give a CONFIG file (or --resume RUN_DIR)")
                 cfg = load_config(args.config, args.overrides)  # validate here, before submitting
                 if args.address and args.address.startswith(("http://", "https://")):
-                    from .api import check_output_survives
+                    from .api import job_output_dir
                     from .submit import submit  # a Jobs API address: run as a Ray Job there
 
-                    check_output_survives(args.out or cfg.output.dir, job=True)
+                    out = job_output_dir(args.out or cfg.output.dir, args.address)
 
                     import shlex
 
                     entry = ["raysoft", "run", shlex.quote(args.config)]
                     for o in args.overrides:
                         entry += ["--set", shlex.quote(o)]
-                    entry += ["--out", shlex.quote(args.out)] if args.out else []
+                    entry += ["--out", shlex.quote(out)]
                     return submit(args.address, entry)
                 print(run(cfg, out=args.out, address=args.address, progress=args.progress).location)
         elif args.command == "sweep":

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
-from .plugins import register_bases, settings_class
+from .plugins import register_bases, registered, settings_class
 
 
 class Section(BaseModel):
@@ -540,7 +540,28 @@ def parse_config(raw: Mapping[str, Any] | None) -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_format_error(err).replace("\n", " ")) from None
+        raise ConfigError(_format_error(err).replace("\n", " ") + _other_algorithms_hint(err)) from None
+
+
+def _algorithm_keys(name: str) -> set[str]:
+    try:
+        return set(settings_class("algorithms", name).model_fields)
+    except (ConfigError, ValueError):  # a plug-in that cannot be read says so when it is named
+        return set()
+
+
+def _other_algorithms_hint(err: ValidationError) -> str:
+    """For an unknown key of the algorithm section that other built-in algorithms have: say
+    which, since a config holding several algorithms' keys is meant for ``raysoft compare``."""
+    e = err.errors()[0]
+    keys = [p for p in e["loc"] if isinstance(p, str) and not p[:1].isupper()]
+    if e["type"] != "extra_forbidden" or len(keys) != 2 or keys[0] != "algorithm":
+        return ""
+    owners = [name for name in sorted(registered("algorithms")) if keys[1] in _algorithm_keys(name)]
+    if not owners:
+        return ""
+    return (f" ({keys[1]} is a key of {', '.join(owners)}: a config with several algorithms' keys is for "
+            "raysoft compare CONFIG --algorithms ...)")
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:

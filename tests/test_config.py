@@ -170,3 +170,11 @@ def test_every_shipped_job_validates(path):
         assert all(trial_config(base, point, spec.trial.actors) for point in trial_points(spec))
     else:
         load_config(path)
+
+
+def test_another_algorithms_key_points_to_raysoft_compare():
+    with pytest.raises(ConfigError, match=r"^algorithm\.init_threshold: unknown key \(init_threshold is a key of ifca: "
+                                          r"a config with several algorithms' keys is for raysoft compare"):
+        parse_config({"algorithm": {"name": "fedsoft", "init_threshold": 0.35}})
+    with pytest.raises(ConfigError, match=r"^algorithm\.no_such_key: unknown key$"):
+        parse_config({"algorithm": {"name": "fedsoft", "no_such_key": 1}})

@@ -144,14 +144,15 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         m = pd.read_parquet(run_dir / "metrics.parquet")
         assert m.step.max() == 2 and np.isfinite(m.value).all()
         # the same through the CLI: an http:// address submits a Ray Job; from an example's folder, with
-        # its plug-in (fedprox:FedProx) in the job's working directory, the current one
+        # its plug-in (fedprox:FedProx) in the job's working directory, the current one, and the
+        # job's own relative output.dir (runs), which lands in that folder (the cluster is on this machine)
         example = tmp_path / "fedprox"
         shutil.copytree(ROOT / "examples" / "fedprox", example, ignore=shutil.ignore_patterns("runs", "__pycache__"))
-        out2 = tmp_path / "runs2"
+        out2 = example / "runs"
         proc = subprocess.run(
             [sys.executable, "-m", "raysoft", "run", "job.yaml", "--address", "http://127.0.0.1:8312",
-             "--set", "algorithm.rounds=1", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4",
-             "--out", str(out2)], env=env, capture_output=True, text=True, timeout=300, cwd=example)
+             "--set", "algorithm.rounds=1", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4"],
+            env=env, capture_output=True, text=True, timeout=300, cwd=example)
         assert proc.returncode == 0, proc.stderr[-2000:]
         (run_dir,) = list(out2.iterdir())
         assert pd.read_parquet(run_dir / "metrics.parquet").step.max() == 1

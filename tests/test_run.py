@@ -305,9 +305,16 @@ def test_a_relative_output_dir_is_refused_inside_a_ray_job(tmp_path, monkeypatch
     assert not (tmp_path / "runs").exists()
     assert raysoft.run(small_config(), out=tmp_path / "abs").run_dir.parent == tmp_path / "abs"
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
-    # submitting with a relative --out is refused before anything is sent
+    # submitting with a relative --out to a cluster elsewhere is refused before anything is sent
+    # (192.0.2.1 is a documentation address, never contacted); to a cluster on this machine the
+    # path is made absolute here (tests/test_multinode.py submits so)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(small_config()))
-    assert main(["run", "c.yaml", "--out", "runs", "--address", "http://127.0.0.1:1"]) == 2
+    assert main(["run", "c.yaml", "--out", "runs", "--address", "http://192.0.2.1:8265"]) == 2
+    from raysoft.api import job_output_dir
+
+    assert job_output_dir("runs", "http://127.0.0.1:8265") == str(tmp_path / "runs")
+    assert job_output_dir("runs", "http://localhost:8265") == str(tmp_path / "runs")
+    assert job_output_dir("s3://bucket/runs", "http://10.0.0.5:8265") == "s3://bucket/runs"
     assert "give an absolute path on storage the cluster's nodes share" in capsys.readouterr().err
 
 
