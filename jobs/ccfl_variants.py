@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from ccfl_pretraining import own_accuracy  # this folder is first on sys.path when run as a script
 
 import raysoft
 from raysoft.config import ConfigError
@@ -46,12 +47,6 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     """``"LABEL: k=v k=v"`` (or a bare label: no overrides) -> (label, overrides)."""
     label, _, rest = text.partition(":")
     return label.strip(), shlex.split(rest)
-
-
-def own_accuracy(metrics: pd.DataFrame, step: int) -> float:
-    """Mean over clusters k of cluster model k's accuracy on distribution k at ``step``."""
-    c = metrics[(metrics.scope == "cluster") & (metrics.metric == "accuracy") & (metrics.step == step)]
-    return float(c[c.entity == c.eval_dist].value.mean())
 
 
 def staleness(run_dir: Path, alpha0: float) -> dict[str, float]:

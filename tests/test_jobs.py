@@ -18,6 +18,7 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
     ("ccfl_pretraining.py", ["--epochs", "1"]),
     ("round_times.py", ["W1"]),
     ("fpfc_pair_norms.py", []),
+    ("ccfl_variants.py", ["--variant", "x: algorithm.a=0"]),
 ])
 def test_a_bad_override_is_one_line_before_any_run(script, args, tmp_path):
     proc = subprocess.run([sys.executable, str(JOBS / script), *args, "--set", "algorithm.bogus=1"],
@@ -26,3 +27,29 @@ def test_a_bad_override_is_one_line_before_any_run(script, args, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{script}: error: algorithm.bogus:"), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_staleness(tmp_path):
+    """jobs/ccfl_variants.py on a tiny stream: a = 0 (alpha2 = 1), b = the number of clients, and
+    the client-cycle clock at b = 5 give the same run to the last digit (a fresh upload's gap is
+    below N uploads, one cycle: docs/algorithms.md#ccfl-staleness-clock), and alpha2 = 1 for
+    every update; the upload clock as written may throttle (its row has its own share)."""
+    import yaml
+    from conftest import stream_config
+    from test_images import write_fmnist
+
+    write_fmnist(tmp_path / "fm")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(stream_config(tmp_path / "fm", rounds=30, eval_every=10)))
+    proc = subprocess.run(
+        [sys.executable, str(JOBS / "ccfl_variants.py"), "--job", str(job), "--out", str(tmp_path / "runs"),
+         "--variant", "as written", "--variant", "no staleness: algorithm.a=0",
+         "--variant", "b = N: algorithm.b=CLIENTS", "--variant", "cycles: algorithm.staleness_clock=client_cycles"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| variant")}
+    assert set(rows) == {"as written", "no staleness", "b = N", "cycles"}
+    outcome = slice(0, 6)  # Cli Bfr, Cli Aft, clusters at the end, cluster_acc, KL, t - tau
+    assert rows["no staleness"][outcome] == rows["b = N"][outcome] == rows["cycles"][outcome]
+    assert rows["no staleness"][7] == rows["b = N"][7] == rows["cycles"][7] == "100%"  # alpha2 = 1
