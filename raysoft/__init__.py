@@ -10,6 +10,7 @@ os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 from .api import RunResult, resume, run
 from .config import Config, ConfigError, load_config
+from .errors import RaysoftError
 
-__all__ = ["Config", "ConfigError", "RunResult", "load_config", "resume", "run"]
+__all__ = ["Config", "ConfigError", "RaysoftError", "RunResult", "load_config", "resume", "run"]
 __version__ = "0.1.0"

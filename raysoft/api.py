@@ -33,8 +33,7 @@ import pyarrow.fs as pafs
 from .backends import run_backend
 from .callbacks import Callbacks
 from .config import Config, ConfigError, load_config, name_problem, parse_config
-from .datafiles import DataFileError, MissingDataError, one_line
-from .errors import RunStopped
+from .errors import DataFileError, MissingDataError, RunStopped, first_line, one_line
 from .interrupts import Interrupted, stop_on_signals
 from .plugins import is_builtin, plugin_names, resolve, short_name
 from .progress import Progress
@@ -343,7 +342,7 @@ def _filesystem(uri: str):
         fs, path = pafs.FileSystem.from_uri(uri)
         fs.create_dir(path, recursive=True)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types; report them as one line
-        raise ConfigError(f"output.dir: cannot use {uri!r} ({str(err).splitlines()[0]})") from None
+        raise ConfigError(f"output.dir: cannot use {uri!r} ({first_line(err)})") from None
     return fs, path
 
 

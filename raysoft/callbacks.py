@@ -35,7 +35,7 @@ import pandas as pd
 from pydantic import Field
 
 from .config import CallbackConfig, Config
-from .datafiles import one_line
+from .errors import one_line
 from .plugins import PluginError, resolve
 
 

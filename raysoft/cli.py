@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
-from .errors import PluginFailure, RunStopped, UpdateError
+from .errors import RaysoftError, error_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -196,22 +196,14 @@ def main(argv: list[str] | None = None) -> int:
             path = compare(raw, algorithms, out=args.out, progress=args.progress, address=args.address)
             print((path / "comparison.md").read_text(), end="")
             print(path)
-    except ConfigError as err:
-        sys.stderr.write(f"raysoft: error: {_line(err)}\n")
-        return 2
-    except (UpdateError, RunStopped, PluginFailure) as err:
-        sys.stderr.write(f"raysoft: run stopped: {_line(err)}\n")
-        return 1
+    except RaysoftError as err:  # a refusal (exit 2) or a run that stopped (exit 1)
+        sys.stderr.write(f"raysoft: {err.kind}: {error_line(err)}\n")
+        return err.exit_code
     except KeyboardInterrupt as err:  # SIGINT, or SIGTERM during a run (raysoft.interrupts)
         signum = getattr(err, "signum", signal.SIGINT)
-        sys.stderr.write(f"raysoft: {_line(err) or 'interrupted'}\n")
+        sys.stderr.write(f"raysoft: {error_line(err) if str(err) else 'interrupted'}\n")
         return 128 + int(signum)
     return 0
-
-
-def _line(err: BaseException) -> str:
-    """An error's message and notes, on one line."""
-    return " ".join(" ".join(str(part).split()) for part in (str(err), *getattr(err, "__notes__", ())) if part)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import pickle
 import struct
 import zlib
 
+from .errors import DataFileError, MissingDataError, one_line
+
 FMNIST_DEBIAN_ROOT = "/usr/share/datasets/fashion-mnist"
 FMNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -56,19 +58,6 @@ IMAGE_DATASETS: dict[str, tuple[tuple[int, int, int], int]] = {
     "cifar100": ((3, 32, 32), 100),
 }
 IMAGE_MODELS = ("cnn", "cifar_cnn", "resnet18")
-
-
-class MissingDataError(FileNotFoundError):
-    """Dataset files are not where they should be; the message is one line."""
-
-
-class DataFileError(ValueError):
-    """A dataset file is there but not in the format its loader reads; the message is one line
-    naming the file."""
-
-
-def one_line(text: object) -> str:
-    return " ".join(str(text).split())
 
 
 def default_root(name: str, root: str | None) -> str:

@@ -1,42 +1,114 @@
-"""The errors of raysoft (torch-free, so that the driver need not import torch)."""
+"""The errors of raysoft, one family (torch-free, so that the driver need not import torch).
 
-from .datafiles import DataFileError, MissingDataError, one_line
+Every error raysoft raises on purpose is a :class:`RaysoftError` whose message is one line. Two
+kinds, each with its exit code (the one place they are mapped: :func:`exit_code`):
+
+- a :class:`Refusal` (exit 2): bad input found before anything is written (a config key, a data
+  file, a plug-in, a report path);
+- a :class:`RunFailure` (exit 1): a run that started and stopped (a NaN update under
+  ``nan_policy: stop``, an algorithm's own exception, a failure after results existed).
+
+A signal that stops a run is :class:`raysoft.interrupts.Interrupted`, a ``KeyboardInterrupt``
+(exit 128 + the signal's number), outside the family on purpose: ``except Exception`` must not
+swallow it.
+
+Each concrete error also derives from the built-in its callers used to catch (``ValueError``,
+``FileNotFoundError``, ``RuntimeError``), so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 
-class ConfigError(ValueError):
+def one_line(text: object) -> str:
+    """``text`` with its whitespace (newlines included) collapsed to single spaces."""
+    return " ".join(str(text).split())
+
+
+def first_line(err: BaseException) -> str:
+    """The first non-blank line of an error's message (its type name if it has none): for the
+    errors of other libraries, whose messages go on with tracebacks and hints."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def error_line(err: BaseException) -> str:
+    """An error's message and its notes, on one line (its type name if it has no message)."""
+    parts = [one_line(part) for part in (str(err), *getattr(err, "__notes__", ())) if str(part).strip()]
+    return " ".join(parts) or type(err).__name__
+
+
+class RaysoftError(Exception):
+    """The base of every error raysoft raises on purpose; the message is one line."""
+
+    exit_code = 1
+    kind = "error"
+
+
+class Refusal(RaysoftError):
+    """Bad input, refused before anything is written (exit 2)."""
+
+    exit_code = 2
+    kind = "error"
+
+
+class RunFailure(RaysoftError):
+    """A run that started and stopped (exit 1)."""
+
+    exit_code = 1
+    kind = "run stopped"
+
+
+class ConfigError(Refusal, ValueError):
     """A bad config or command-line argument; the message is one line naming the key."""
 
 
-class ClientFailure(RuntimeError):
+class MissingDataError(Refusal, FileNotFoundError):
+    """Dataset files are not where they should be; the message is one line."""
+
+
+class DataFileError(Refusal, ValueError):
+    """A dataset file is there but not in the format its loader reads; the message is one line
+    naming the file."""
+
+
+class ReportError(Refusal, ValueError):
+    """A path that is not a run directory, or an unusable output directory (one line)."""
+
+
+class ClientFailure(RunFailure, RuntimeError):
     """A client actor died; the coordinator recovers from the last checkpoint."""
 
 
-class UpdateError(RuntimeError):
+class UpdateError(RunFailure, RuntimeError):
     """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
 
 
-class PluginFailure(RuntimeError):
+class PluginFailure(RunFailure, RuntimeError):
     """An algorithm's own code raised during a run (a client op, or its server half); the message
     is one line naming the algorithm, the op and the client (or the round)."""
 
 
-def plugin_call(fn, args: tuple, where: str):
+class RunStopped(RunFailure, RuntimeError):
+    """A run failed after it had results (writing, moving or publishing them); the message is
+    one line saying where they are kept."""
+
+
+def exit_code(err: BaseException) -> int:
+    """The process exit code of an error that ends a command: its class's for raysoft's own
+    errors, 1 for anything else."""
+    return err.exit_code if isinstance(err, RaysoftError) else 1
+
+
+def plugin_call(fn: Any, args: tuple, where: str) -> Any:
     """``fn(*args)``; an exception of the algorithm's own code (not one of raysoft's errors, nor a
     StopIteration) becomes a :class:`PluginFailure` saying ``where`` it happened."""
     try:
         return fn(*args)
     except StopIteration:
         raise
-    except OWN_ERRORS:
+    except RaysoftError:
         raise
     except Exception as err:  # whatever the algorithm raises, as one line
         raise PluginFailure(f"{where}: {type(err).__name__}: {one_line(err)}") from err
-
-
-class RunStopped(RuntimeError):
-    """A run failed after it had results (writing, moving or publishing them); the message is
-    one line saying where they are kept."""
-
-
-# raysoft's own error types, which pass through plugin_call unchanged
-OWN_ERRORS = (ConfigError, ClientFailure, UpdateError, RunStopped, PluginFailure, MissingDataError, DataFileError)

@@ -36,8 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .datafiles import one_line
-from .errors import ConfigError
+from .errors import ConfigError, one_line
 
 GROUPS = {
     "algorithms": "raysoft.algorithms",

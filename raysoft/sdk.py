@@ -28,7 +28,7 @@ from .algorithms.stream import StreamAlgorithm, StreamClient, StreamConfig, ValS
 from .callbacks import Callback, RunInfo
 from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, TrainConfig
 from .data import ClientData
-from .errors import ConfigError
+from .errors import ConfigError, RaysoftError, Refusal, RunFailure
 from .models import DataInfo
 from .optim import SGD, Adam
 from .params import Params, get_flat, set_flat, weighted_sum
@@ -53,5 +53,5 @@ __all__ = [
     # callbacks
     "Callback", "RunInfo",
     # errors
-    "ConfigError", "PluginError",
+    "RaysoftError", "Refusal", "RunFailure", "ConfigError", "PluginError",
 ]

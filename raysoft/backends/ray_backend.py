@@ -26,8 +26,7 @@ from typing import Any
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
-from ..datafiles import DataFileError, MissingDataError
-from ..errors import PluginFailure, UpdateError
+from ..errors import ClientFailure, RaysoftError, first_line
 from ..interrupts import keep_sigterm_handler
 from ..plugins import ship_paths
 from . import auth
@@ -46,8 +45,8 @@ _DEAD = tuple(
     if hasattr(ray.exceptions, name)
 )
 
-# errors that are the user's input (or a run's stop): they cross actor boundaries as one line
-_PLAIN = (ConfigError, MissingDataError, DataFileError, UpdateError, PluginFailure)
+# raysoft's own errors (the user's input, or a run's stop) cross actor boundaries as one line
+_PLAIN = RaysoftError
 
 
 def plain_error(err: BaseException) -> BaseException | None:
@@ -295,9 +294,7 @@ class RayExecutor:
         try:
             return ray.get(futures)
         except _DEAD as err:
-            from ..errors import ClientFailure
-
-            raise ClientFailure(str(err).splitlines()[0]) from None
+            raise ClientFailure(first_line(err)) from None
 
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self._run("call", op, client_ids, payload, t)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import first_line
 from .runner import DEFAULT_TIMEOUT_S, _measure, check_timeout
 from .workloads import workload_config
 
@@ -144,7 +145,7 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2
     except (RuntimeError, ValueError) as err:
-        print(f"raysoft bench: {str(err).splitlines()[0]}", file=sys.stderr)
+        print(f"raysoft bench: {first_line(err)}", file=sys.stderr)
         return 1
     print(markdown(table), end="")
     print(Path(out).resolve())

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ConfigError
+from ..errors import first_line
 from .memory import PeakSampler, tree_memory_mb
 from .workloads import DEFAULT_ROUNDS, PEERS, SYSTEMS, variants, workload_config
 
@@ -218,7 +219,7 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2
     except RuntimeError as err:
-        print(f"raysoft bench: {str(err).splitlines()[0]}", file=sys.stderr)
+        print(f"raysoft bench: {first_line(err)}", file=sys.stderr)
         return 1
     print(markdown(table), end="")
     print(Path(out).resolve())

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import ReportError, first_line
 from ..metrics import lower_is_better
 
 REQUIRED = ("summary.json", "metrics.parquet")
@@ -26,10 +27,6 @@ def _stream_algorithm(name: str) -> bool:
         return is_stream_algorithm(name)
     except (ConfigError, PluginError):
         return False
-
-
-class ReportError(ValueError):
-    """A path that is not a run directory, or an unusable output directory (one line)."""
 
 
 @dataclass(frozen=True)
@@ -98,11 +95,6 @@ class RunData:
         return m[(m.scope == "cluster") & (m.metric == self.metric)]
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
-
-
 def load_run(path: str | Path) -> RunData:
     """Read a run directory; :class:`ReportError` (naming the path and what is missing) if it is
     not one."""
@@ -121,12 +113,12 @@ def load_run(path: str | Path) -> RunData:
         try:
             return pd.read_parquet(f)
         except Exception as err:  # noqa: BLE001 - pyarrow raises several kinds
-            raise ReportError(f"{path}: unreadable {f.name} ({_one_line(err)})") from None
+            raise ReportError(f"{path}: unreadable {f.name} ({first_line(err)})") from None
 
     try:
         summary = json.loads((p / "summary.json").read_text())
     except (OSError, ValueError) as err:
-        raise ReportError(f"{path}: unreadable summary.json ({_one_line(err)})") from None
+        raise ReportError(f"{path}: unreadable summary.json ({first_line(err)})") from None
     if not isinstance(summary, dict):
         raise ReportError(f"{path}: unreadable summary.json (not a JSON object)")
     metrics = table("metrics")

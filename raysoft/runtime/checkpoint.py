@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..config import ConfigError
-from ..datafiles import one_line
+from ..errors import one_line
 from ..results import Recorder, write_tables
 
 CHECKPOINT = "checkpoint.pt"
