@@ -35,12 +35,12 @@ bench.md), :mod:`.venvs` (the peers' venvs and running a script in one), :mod:`.
 scripts run by those venvs' python; they import neither raysoft nor this package).
 """
 
-from .memory import PeakSampler, children_map, tree_memory_mb
+from .memory import PeakSampler, tree_memory_mb
 from .runner import COLUMNS, bench, main, markdown, round_stats
 from .worker import worker
 from .workloads import DEFAULT_ROUNDS, SYSTEMS, WORKLOADS, workload_config
 
 __all__ = [
-    "COLUMNS", "DEFAULT_ROUNDS", "PeakSampler", "SYSTEMS", "WORKLOADS", "bench", "children_map", "main", "markdown",
+    "COLUMNS", "DEFAULT_ROUNDS", "PeakSampler", "SYSTEMS", "WORKLOADS", "bench", "main", "markdown",
     "round_stats", "tree_memory_mb", "worker", "workload_config",
 ]

@@ -1,44 +1,32 @@
-"""The memory of a process tree (Linux /proc), and a thread that samples its peak."""
+"""The memory of a process tree (psutil), and a thread that samples its peak."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
 
-
-def children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        kids.setdefault(ppid, []).append(int(entry))
-    return kids
+import psutil
 
 
 def tree_memory_mb(root: int) -> tuple[float, float]:
-    """(RSS, PSS) of ``root`` and all its descendants, summed, in MB (Linux /proc). RSS counts a
-    page shared by several processes (torch's libraries, Ray's object store) once per process;
-    PSS splits it between them, so the PSS sum is the tree's real footprint."""
-    kids = children_map()
-    todo, rss, pss, page = [root], 0, 0, os.sysconf("SC_PAGE_SIZE")
-    while todo:
-        pid = todo.pop()
-        todo.extend(kids.get(pid, []))
+    """(RSS, PSS) of ``root`` and all its descendants, summed, in MB. RSS counts a page shared by
+    several processes (torch's libraries, Ray's object store) once per process; PSS splits it
+    between them, so the PSS sum is the tree's real footprint. A process that ends while it is
+    read counts nothing; a platform without PSS (not Linux) reports its RSS as the PSS."""
+    try:
+        top = psutil.Process(root)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return 0.0, 0.0
+    rss = pss = 0
+    for proc in procs:
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                rss += int(f.read().split()[1]) * page
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                pss += next(int(ln.split()[1]) for ln in f if ln.startswith("Pss:")) * 1024
-        except (OSError, StopIteration):
+            mem = proc.memory_full_info()
+        except psutil.Error:  # gone, or not ours to read
             continue
+        rss += mem.rss
+        pss += getattr(mem, "pss", mem.rss)
     return rss / 2**20, pss / 2**20
 
 
