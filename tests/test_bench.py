@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from support.images import write_learnable_fmnist
 
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
 from raysoft.bench.workloads import variants
@@ -15,21 +16,6 @@ from raysoft.cli import main as cli_main
 from raysoft.config import ConfigError, parse_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-
-
-def write_learnable_fmnist(root, n_train=6000, n_test=2000, seed=0):
-    """Fashion-MNIST-shaped IDX files (the real on-disk format) of 10 noisy class templates, so
-    that the quick bench needs neither Debian's package nor a download."""
-    from test_images import write_idx
-
-    rng = np.random.default_rng(seed)
-    templates = rng.integers(0, 256, size=(10, 28, 28))
-    root.mkdir(parents=True, exist_ok=True)
-    for prefix, n in (("train", n_train), ("t10k", n_test)):
-        y = (np.arange(n) % 10).astype(np.uint8)
-        x = np.clip(0.6 * templates[y] + rng.integers(0, 100, size=(n, 28, 28)), 0, 255).astype(np.uint8)
-        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", x, gz=True)
-        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", y, gz=True)
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

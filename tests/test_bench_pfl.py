@@ -266,7 +266,7 @@ def pfl_python() -> Path:
 def test_pfl_reproduces_the_bare_loops_w2_accuracy_and_w1_centers(tmp_path, monkeypatch):
     """pfl's FedAvg and FedSoft on the bare loop's quick exports (the same clients, initial
     models, selections and batch orders) end where the bare loop ends."""
-    from test_bench import write_learnable_fmnist
+    from support.images import write_learnable_fmnist
 
     from raysoft.bench.bare import bare_fedavg, bare_fedsoft
     from raysoft.bench.pfl_env import run_pfl

@@ -6,7 +6,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from conftest import small_config
+from support.configs import small_config
 
 from raysoft.cli import main as cli_main
 from raysoft.compare import algorithm_configs, compare

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import small_config
+from support.configs import small_config
 
 from raysoft.config import ConfigError, load_config, parse_config
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import small_config
-from test_images import idx_bytes, write_cifar10, write_cifar100, write_emnist, write_fmnist
+from support.configs import small_config
+from support.images import idx_bytes, write_cifar10, write_cifar100, write_emnist, write_fmnist
 
 import raysoft
 from raysoft.api import check_data
 from raysoft.config import ConfigError, parse_config
-from raysoft.datafiles import CIFAR_MD5, DataFileError, verify_files
+from raysoft.datafiles import CIFAR_MD5, verify_files
+from raysoft.errors import DataFileError
 
 
 def _refused(name: str, root: Path) -> str:

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import stream_config
-from test_images import write_fmnist
+from support.configs import stream_config
+from support.images import write_fmnist
 
 import raysoft
 
@@ -40,7 +40,7 @@ def settings(**kw) -> FedAsyncConfig:
 
 
 def tiny(fm, **algo) -> dict:
-    """conftest's tiny stream (6 clients, 3 clusters, 24 uploads) with FedAsync's keys."""
+    """support.configs' tiny stream (6 clients, 3 clusters, 24 uploads) with FedAsync's keys."""
     cfg = stream_config(fm, name=NAME, **algo)
     cfg["algorithm"].pop("l_bar")  # a CCFL key
     return cfg

@@ -1,9 +1,9 @@
-"""FaultInjector around a fake executor (tests/fakes.py), slowdown and poison by hand."""
+"""FaultInjector around a fake executor (tests/support/fakes.py), slowdown and poison by hand."""
 
 import numpy as np
 import pytest
 import torch
-from fakes import FakeExecutor
+from support.fakes import FakeExecutor
 
 from raysoft.algorithms import Plan
 from raysoft.config import Fault

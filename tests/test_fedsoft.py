@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from support.configs import small_config
 
 import raysoft
 from raysoft.algorithms.fedsoft import (

@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from support.configs import small_config
 
 from raysoft.algorithms import WeightedMean
 from raysoft.backends.host import ClientHost

@@ -3,8 +3,8 @@
 reported in docs/results.md: at test-sized budgets they are not yet stable.)"""
 
 import pytest
-from conftest import small_config
-from test_images import write_fmnist
+from support.configs import small_config
+from support.images import write_fmnist
 
 import raysoft
 

@@ -35,8 +35,8 @@ def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_stale
     below N uploads, one cycle: docs/algorithms.md#ccfl-staleness-clock), and alpha2 = 1 for
     every update; the upload clock as written may throttle (its row has its own share)."""
     import yaml
-    from conftest import stream_config
-    from test_images import write_fmnist
+    from support.configs import stream_config
+    from support.images import write_fmnist
 
     write_fmnist(tmp_path / "fm")
     job = tmp_path / "job.yaml"

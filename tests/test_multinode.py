@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import small_config
-from test_images import write_fmnist
+from support.configs import small_config
+from support.images import write_fmnist
 
 import raysoft
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 import yaml
-from conftest import small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.configs import small_config
 
 import raysoft
 from raysoft.backends.plan import Cluster, not_placed, plan, slots

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import small_config
+from support.configs import small_config
 
 import raysoft
 from raysoft.errors import PluginFailure

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import small_config
+from support.configs import small_config
 
 import raysoft
 from raysoft.errors import UpdateError
@@ -316,13 +316,13 @@ def test_sigterm_keeps_a_checkpointed_run_resumable(tmp_path):
 
 
 # --------------------------------------------------------------------------- checkpoints are data
-from conftest import stream_config  # noqa: E402
-from test_digests import STREAMS, SYNC, digest, expected_or_clean  # noqa: E402
+from support.configs import stream_config  # noqa: E402
+from support.digests import STREAMS, SYNC, digest, expected_or_clean  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def fm_root(tmp_path_factory):
-    from test_images import write_fmnist
+    from support.images import write_fmnist
 
     root = tmp_path_factory.mktemp("fm-ckpt")
     write_fmnist(root)

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import check_png, small_config
+from support.configs import check_png, small_config
 
 import raysoft
 from raysoft import report as rp

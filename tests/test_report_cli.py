@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import check_png, small_config
+from support.configs import check_png, small_config
 
 import raysoft
 from raysoft.report import load_run, plot_center_metric, plot_final_weights

@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import check_png, small_config, stream_config
-from test_images import write_fmnist
+from support.configs import check_png, small_config, stream_config
+from support.images import write_fmnist
 
 import raysoft
 from raysoft import report as rp
@@ -28,8 +28,8 @@ def runs(tmp_path_factory):
         "fedsoft_async": raysoft.run(stream_config(fm, "fedsoft_async"), out=out).run_dir,
         "no_drift": raysoft.run(stream_config(fm, drift=False), out=out).run_dir,
         "fedsoft": raysoft.run(small_config(), out=out).run_dir,
+        "local_stream": raysoft.run(stream_config(fm, "local_stream"), out=out).run_dir,
     }
-    dirs["local_stream"] = raysoft.run(stream_config(fm, "local_stream"), out=out).run_dir
     return dirs
 
 
@@ -128,9 +128,8 @@ def test_report_md_lists_the_stream_numbers(runs, written):
         assert f"(`{key}`)" in text
     row = f"| {100 * s['cli_bfr']:.1f}% | {100 * s['cli_aft']:.1f}% | {100 * s['cluster_acc']:.1f}% | {s['kl']:.4f} |"
     assert row in text
-    if "bytes_down_per_client" in s:  # older runs do not have it
-        assert "(`bytes_down_per_client`)" in text
-        assert rp.markdown._bytes(s["bytes_down_per_client"]) in text
+    assert "(`bytes_down_per_client`)" in text
+    assert rp.markdown._bytes(s["bytes_down_per_client"]) in text
     assert "cluster model k belongs to distribution k by construction" in text
 
 
@@ -162,8 +161,6 @@ def test_a_stream_without_drift_keeps_figure_1_bottom(runs, written):
 
 
 def test_local_stream_draws_only_cli_bfr(runs, written):
-    if "local_stream" not in runs:
-        pytest.skip("local_stream is not in this raysoft yet")
     d = runs["local_stream"]
     assert written["local_stream"] == [d / "ccfl_accuracy.png", d / "report.md"]
     check_png(d / "ccfl_accuracy.png")
@@ -245,8 +242,6 @@ def test_kl_bars_skip_runs_without_kl_and_need_two_streams(runs, written, tmp_pa
     assert "## Streams" in text and "comparison_kl.png" not in text
     assert "round (streams: global epoch t)" in rp.plot_comparison(
         [rp.load_run(runs["fedsoft"]), rp.load_run(runs["ccfl"])]).axes[0].get_xlabel()
-    if "local_stream" not in runs:
-        return
     out = tmp_path / "local"
     rp.report([runs["ccfl"], runs["local_stream"]], out=out)
     check_png(out / "comparison_kl.png")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import small_config
+from support.configs import small_config
 
 import raysoft
 from raysoft.backends.ray_backend import plan_actors

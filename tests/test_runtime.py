@@ -1,4 +1,4 @@
-"""The RoundCoordinator over a fake executor and a one-call algorithm (tests/fakes.py): what
+"""The RoundCoordinator over a fake executor and a one-call algorithm (tests/support/fakes.py): what
 reaches the algorithm, NaN policy, reductions in the actors or here, late clients, the
 evaluation schedule, weights, checkpoints, restore and recovery. No Ray, no client training."""
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
-from fakes import FakeExecutor, OneCall
+from support.configs import small_config
+from support.fakes import FakeExecutor, OneCall
 
 from raysoft.algorithms import Reduced, WeightedMean
 from raysoft.config import parse_config

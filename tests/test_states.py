@@ -6,9 +6,9 @@ import gc
 import pandas as pd
 import pytest
 import torch
-from conftest import small_config, stream_config
-from test_digests import SYNC, digest, expected_or_clean
-from test_images import write_fmnist
+from support.configs import small_config, stream_config
+from support.digests import SYNC, digest, expected_or_clean
+from support.images import write_fmnist
 
 import raysoft
 from raysoft.backends.host import ClientHost

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import small_config, stream_config
-from test_images import write_fmnist
+from support.configs import small_config, stream_config
+from support.images import write_fmnist
 
 import raysoft
 from raysoft.algorithms.stream import kl_divergence

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from conftest import small_config
+from support.configs import small_config
 
 import raysoft
 from raysoft.config import ConfigError
