@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,20 +70,30 @@ class Recorder:
         }
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (``.NAME.tmp``) for the block to write; renamed onto
+    ``path`` when the block ends, removed if it raises, so that ``path`` is either the old file or
+    the whole new one, never half of it. raysoft writes every result file through this."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def write_table(path: Path, table: pa.Table) -> None:
     """Write one Parquet file atomically (temporary file, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ from .api import check_data
 from .backends.plan import slots
 from .config import Config, ConfigError, Section, _format_error, apply_overrides, load_raw, parse_config
 from .errors import RunStopped
+from .results import atomic_path
 
 SPEC = "sweep.yaml"  # the resolved sweep, in the sweep directory
 
@@ -195,9 +196,8 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
         rows.append({"trial": i, **{f"grid.{k}": _cell(v) for k, v in point.items()}, "run_dir": str(run_dir),
                      **_flatten(summary), **final_metrics(run_dir)})
     df = pd.DataFrame(rows)
-    tmp = sweep_dir / ".sweep.parquet.tmp"
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, sweep_dir / "sweep.parquet")
+    with atomic_path(sweep_dir / "sweep.parquet") as tmp:
+        df.to_parquet(tmp, index=False)
     return sweep_dir
 
 

@@ -29,6 +29,7 @@ from ..params import add_terms
 from ..runtime.executor import finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
+from ..tree import map_leaves
 from .states import StateStore
 
 VISITORS_MIN = 8  # visiting clients whose data a host keeps, at least
@@ -41,13 +42,7 @@ _EMPTY = ClientData(torch.zeros(0), torch.zeros(0), np.zeros(0))
 
 def _to(obj: Any, device: torch.device) -> Any:
     """Move the tensors of a (nested) payload or result to ``device``."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(v, device) for v in obj)
-    return obj
+    return map_leaves(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, obj)
 
 
 class ClientHost:

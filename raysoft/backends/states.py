@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ..results import atomic_path
+
 PREFIX = "raysoft-states-"
 
 
@@ -99,9 +101,8 @@ class StateStore(MutableMapping):
             self._mem[k] = state
             return
         path = self._path(k)
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
 
     def __delitem__(self, k: int) -> None:
         self._ids.discard(k)

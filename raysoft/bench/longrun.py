@@ -16,7 +16,6 @@ leaks grows in proportion to its length; one that does not stays near 0.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import first_line
+from ..results import atomic_path
 from .runner import DEFAULT_TIMEOUT_S, _measure, check_timeout
 from .workloads import workload_config
 
@@ -111,9 +111,8 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
     table = pd.DataFrame(samples, columns=SAMPLE_COLUMNS)
     growth_table = pd.DataFrame(summary)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".memory.parquet.tmp"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, out / "memory.parquet")
+    with atomic_path(out / "memory.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
     figure(table, out / "memory.png")
     (out / "memory.md").write_text(markdown(growth_table))
     return growth_table

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..errors import first_line
+from ..results import atomic_path
 from .memory import PeakSampler, tree_memory_mb
 from .workloads import DEFAULT_ROUNDS, PEERS, SYSTEMS, variants, workload_config
 
@@ -163,9 +164,8 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                   f"PSS {sampler.peak_pss:.0f} MB", file=sys.stderr)
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".bench.parquet.tmp"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, out / "bench.parquet")
+    with atomic_path(out / "bench.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
     (out / "bench.md").write_text(markdown(table))
     return table
 

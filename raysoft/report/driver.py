@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..results import atomic_path
 from .figures import (
     COMPARISON_FILES,
     FIGURE_FILES,
@@ -27,9 +28,8 @@ from .markdown import comparison_markdown, run_markdown
 
 
 def _write_text(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
     return path
 
 

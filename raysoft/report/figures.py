@@ -8,7 +8,6 @@ writes one as PNG.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..results import atomic_path
 from .analysis import (
     best_center_series,
     final_weights,
@@ -54,9 +54,8 @@ def _figure(panels: int, max_cols: int = 4) -> tuple[Figure, list]:
 
 
 def save_figure(fig: Figure, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=_DPI)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=_DPI)
     return path
 
 

@@ -12,7 +12,6 @@ checkpoint someone else wrote to run code on ``--resume``) is refused with a one
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
 from pathlib import Path
@@ -22,16 +21,15 @@ import torch
 
 from ..config import ConfigError
 from ..errors import one_line
-from ..results import Recorder, write_tables
+from ..results import Recorder, atomic_path, write_tables
 
 CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(run_dir: Path, blob: dict[str, Any], recorder: Recorder) -> None:
     """Write a checkpoint atomically (temporary file, then rename), then the results so far."""
-    tmp = run_dir / f".{CHECKPOINT}.tmp"
-    torch.save(blob, tmp)
-    os.replace(tmp, run_dir / CHECKPOINT)
+    with atomic_path(run_dir / CHECKPOINT) as tmp:
+        torch.save(blob, tmp)
     write_tables(run_dir, recorder.tables())
 
 

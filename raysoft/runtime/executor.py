@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..algorithms.base import Plan
+from ..tree import leaves
 
 
 class Executor(Protocol):
@@ -49,21 +50,19 @@ class Executor(Protocol):
 
 
 def finite(result: Any) -> bool:
-    """Whether every float in a (nested) result is finite."""
+    """Whether every float tensor and array in a (nested, :mod:`raysoft.tree`) result is finite."""
+    return all(_finite(leaf) for leaf in leaves(result))
+
+
+def _finite(leaf: Any) -> bool:
     # A finite sum proves every element finite (a NaN or an infinity never sums to a finite
     # value); only a non-finite sum, which finite values can also reach by overflow, needs the
     # element-wise check, which costs many times more.
-    if isinstance(result, torch.Tensor):
-        if result.is_floating_point() and bool(torch.isfinite(result.sum())):
-            return True
-        return bool(torch.isfinite(result).all())
-    if isinstance(result, np.ndarray) and result.dtype.kind == "f":
+    if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+        return bool(torch.isfinite(leaf.sum())) or bool(torch.isfinite(leaf).all())
+    if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
         with np.errstate(over="ignore", invalid="ignore"):
-            if np.isfinite(result.sum()):
+            if np.isfinite(leaf.sum()):
                 return True
-        return bool(np.isfinite(result).all())
-    if isinstance(result, (list, tuple)):
-        return all(finite(r) for r in result)
-    if isinstance(result, dict):
-        return all(finite(r) for r in result.values())
+        return bool(np.isfinite(leaf).all())
     return True

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..config import Fault
+from ..tree import map_leaves
 
 
 def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
@@ -24,14 +25,16 @@ def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
 
 
 def poison(result: Any) -> Any:
-    """The result with its float tensors filled with NaN."""
-    if isinstance(result, torch.Tensor) and result.is_floating_point():
-        return torch.full_like(result, float("nan"))
-    if isinstance(result, np.ndarray) and result.dtype.kind == "f":
-        return np.full_like(result, np.nan)
-    if isinstance(result, (list, tuple)):
-        return type(result)(poison(r) for r in result)
-    return result
+    """The result with its float tensors and arrays (nested, :mod:`raysoft.tree`) filled with NaN."""
+    return map_leaves(_nan, result)
+
+
+def _nan(leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
+        return torch.full_like(leaf, float("nan"))
+    if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+        return np.full_like(leaf, np.nan)
+    return leaf
 
 
 EventFn = Callable[..., None]

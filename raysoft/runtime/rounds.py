@@ -21,6 +21,7 @@ from ..errors import UpdateError, plugin_call
 from ..evaluation import summarize
 from ..metrics import HEADLINE, LOWER_IS_BETTER
 from ..models import build_model
+from ..tree import leaves
 from .executor import finite
 from .recording import CoordinatorBase
 
@@ -28,16 +29,14 @@ from .recording import CoordinatorBase
 def nbytes(obj: Any) -> int:
     """Bytes of the tensors and arrays in ``obj`` (nested dicts, lists, tuples, dataclass-like
     objects): what a payload or a result carries; scalars and small Python values count 0."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if isinstance(obj, dict):
-        return sum(nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(v) for v in obj)
-    if hasattr(obj, "__dataclass_fields__"):
-        return sum(nbytes(getattr(obj, f)) for f in obj.__dataclass_fields__)
+    return sum(_leaf_bytes(leaf) for leaf in leaves(obj))
+
+
+def _leaf_bytes(leaf: Any) -> int:
+    if isinstance(leaf, torch.Tensor):
+        return leaf.numel() * leaf.element_size()
+    if isinstance(leaf, np.ndarray):
+        return int(leaf.nbytes)
     return 0
 
 
