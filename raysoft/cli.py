@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
-from .errors import RaysoftError, error_line
+from .errors import RaysoftError, error_line, exit_code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
     except RaysoftError as err:  # a refusal (exit 2) or a run that stopped (exit 1)
         sys.stderr.write(f"raysoft: {err.kind}: {error_line(err)}\n")
-        return err.exit_code
+        return exit_code(err)
     except KeyboardInterrupt as err:  # SIGINT, or SIGTERM during a run (raysoft.interrupts)
         signum = getattr(err, "signum", signal.SIGINT)
         sys.stderr.write(f"raysoft: {error_line(err) if str(err) else 'interrupted'}\n")

@@ -35,14 +35,20 @@ def leaves(obj: Any) -> Iterator[Any]:
 
 def map_leaves(fn: Callable[[Any], Any], obj: Any) -> Any:
     """``obj`` with every leaf replaced by ``fn(leaf)``: the same containers, rebuilt (a
-    dataclass through ``dataclasses.replace`` of its init fields)."""
+    dataclass through ``dataclasses.replace`` of its init fields) only where a leaf below them
+    changed; a container whose leaves ``fn`` returns as they are is returned itself, not copied
+    (moving a CPU payload to the CPU copies nothing)."""
     if isinstance(obj, dict):
-        return type(obj)((k, map_leaves(fn, v)) for k, v in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
-        return type(obj)(*(map_leaves(fn, v) for v in obj))
+        items = [(k, map_leaves(fn, v)) for k, v in obj.items()]
+        same = all(new is old for (_, new), old in zip(items, obj.values()))
+        return obj if same else type(obj)(items)
     if isinstance(obj, (list, tuple)):
-        return type(obj)(map_leaves(fn, v) for v in obj)
+        values = [map_leaves(fn, v) for v in obj]
+        if all(new is old for new, old in zip(values, obj)):
+            return obj
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)  # a named tuple: *values
     if _is_dataclass_instance(obj):
-        return dataclasses.replace(obj, **{f.name: map_leaves(fn, getattr(obj, f.name))
-                                           for f in dataclasses.fields(obj) if f.init})
+        changes = {f.name: map_leaves(fn, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        same = all(new is getattr(obj, name) for name, new in changes.items())
+        return obj if same else dataclasses.replace(obj, **changes)
     return fn(obj)

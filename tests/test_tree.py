@@ -41,6 +41,9 @@ def test_leaves_in_order_and_map_keeps_the_containers():
     assert torch.equal(doubled["u"].delta, torch.full((2, 2), 4.0))
     np.testing.assert_array_equal(doubled["u"].extra["m"], np.full(4, 2.0))
     assert obj["u"].count == 5  # the input is not changed
+    assert map_leaves(lambda x: x, obj) is obj  # nothing changed: nothing copied
+    ints_doubled = map_leaves(lambda x: x * 2 if isinstance(x, int) else x, obj)
+    assert ints_doubled["p"] is obj["p"] and ints_doubled["u"] is not obj["u"]  # only where a leaf changed
 
 
 def test_the_walkers_agree_on_dicts_and_dataclasses():

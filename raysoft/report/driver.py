@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..errors import exit_code
 from ..results import atomic_path
 from .figures import (
     COMPARISON_FILES,
@@ -149,7 +150,7 @@ def main(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> int:
         written = report(run_dirs, out=out)
     except ReportError as err:
         sys.stderr.write(f"raysoft report: error: {err}\n")
-        return 2
+        return exit_code(err)
     for path in written:
         print(path)
     print(report_dir(run_dirs, out))
