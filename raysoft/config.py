@@ -255,8 +255,13 @@ class RayConfig(Section):
         "still grow (or is busy) before refusing the run; a plan the cluster can never hold is refused at once"
     )
     round_deadline_s: float | None = Field(
-        None, gt=0.0, description="seconds a client call may take; the updates of later actors are "
-        "dropped and counted (results then depend on timing)"
+        None, gt=0.0, description="wall-clock seconds a client's training may take on its actor; a client that "
+        "takes longer is left out of the round (its update unused, an event; results then depend on timing; "
+        "clock: decides it in simulated time instead, reproducibly)"
+    )
+    deadline_grace_s: float = Field(
+        30.0, gt=0.0, description="round_deadline_s: an actor that has not answered after round_deadline_s x its "
+        "clients in the call + this grace is left behind as a whole (its clients late)"
     )
     client_state: Literal["memory", "disk"] = Field(
         "memory", description="where a host keeps its clients' states between their calls: resident, or as files "
@@ -332,6 +337,44 @@ class OutputConfig(Section):
         return v
 
 
+class ClockConfig(Section):
+    """The simulated clock of synchronous rounds (raysoft/runtime/clock.py): per-client speeds,
+    the simulated seconds a client's training takes, and a round deadline decided in that time,
+    per client, the same on every backend and packing."""
+
+    speeds: Literal["off", "equal", "lognormal", "file"] = Field(
+        "off", description="off: no simulated clock; equal: every client at speed 1; lognormal: exp(N(0, sigma^2)) "
+        "per client, from the run seed; file: speeds_file"
+    )
+    sigma: float = Field(0.5, ge=0.0, description="speeds: lognormal: the spread of the clients' log speeds")
+    speeds_file: str | None = Field(None, description="speeds: file: a CSV with the columns client,speed")
+    jitter: float = Field(
+        0.0, ge=0.0, description="round-to-round variation: each client's duration in each round is multiplied by "
+        "exp(N(0, jitter^2)), drawn from (run seed, round, client); 0: none"
+    )
+    seconds_per_sample: float = Field(
+        0.01, gt=0.0, description="simulated seconds one training sample of one local epoch takes at speed 1"
+    )
+    round_deadline_s: float | None = Field(
+        None, gt=0.0, description="simulated seconds a client's training may take; the clients that would take "
+        "longer are left out of the round (an event each); null: no deadline"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClockConfig:
+        if self.speeds == "file" and not self.speeds_file:
+            raise ValueError("[at:speeds_file] needed with speeds: file (a CSV of client,speed)")
+        if self.speeds != "file" and self.speeds_file:
+            raise ValueError(f"[at:speeds_file] read only with speeds: file (speeds is {self.speeds})")
+        if self.speeds == "off" and self.round_deadline_s is not None:
+            raise ValueError("[at:round_deadline_s] needs speeds (equal, lognormal or file), not off")
+        return self
+
+    @property
+    def on(self) -> bool:
+        return self.speeds != "off"
+
+
 class Fault(Section):
     """An injected fault: ``kill_actor`` kills client actor ``actor`` at the start of round
     ``at_round``; ``nan_update`` makes client ``client``'s update of that round NaN;
@@ -355,7 +398,7 @@ class Config(Section):
     """A whole experiment."""
 
     SECTIONS: ClassVar[tuple[str, ...]] = ("seed", "algorithm", "data", "model", "train", "ray", "output", "faults",
-                                           "callbacks")
+                                           "callbacks", "clock")
 
     seed: int = 0
     algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
@@ -365,6 +408,7 @@ class Config(Section):
     ray: RayConfig = Field(default_factory=RayConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     faults: list[Fault] = Field(default_factory=list, description="fault injection, for testing recovery")
+    clock: ClockConfig = Field(default_factory=ClockConfig)
     callbacks: list[CallbackConfig] = Field(
         default_factory=list, description="called with each round's (or upload's) metric rows and at the end of "
         "the run: loggers and user hooks (docs/plugins.md); the Parquet files stay the record"
@@ -452,6 +496,9 @@ class Config(Section):
         for f in self.faults:
             if f.kind in ("nan_update", "slow_client") and f.client >= data.clients:
                 raise ValueError(f"faults: client {f.client} does not exist (data.clients is {data.clients})")
+        if self.clock.on and getattr(type(algo), "stream", False):
+            raise ValueError(f"clock: is for synchronous rounds; algorithm {algo.name} is a stream with a virtual "
+                             "clock of its own (upload_rate, join_schedule)")
         algo.check_with(self)
         return self
 

@@ -155,8 +155,8 @@ def test_round_deadline_drops_and_counts_a_stragglers_updates(ray_session, tmp_p
     r = raysoft.run(cfg, out=tmp_path)
     ev = pd.read_parquet(r.run_dir / "events.parquet")
     late = ev[ev.kind == "late_update"]
-    assert len(late) > 0 and late.step.min() >= 2
-    assert set(late.client) <= set(range(5, 10))  # the straggler's actor hosts clients 5..9
+    # only the straggler is late, not the other clients of its actor (5..9)
+    assert late[["step", "client"]].values.tolist() == [[2, 7], [3, 7]]
     assert np.isfinite(r.metrics.value).all() and r.summary["rounds"] == 4
 
 
@@ -217,8 +217,8 @@ def test_round_deadline_with_a_mean_summed_in_the_actors(ray_session, tmp_path):
     r = raysoft.run(cfg, out=tmp_path)
     ev = pd.read_parquet(r.run_dir / "events.parquet")
     late = ev[ev.kind == "late_update"]
-    assert len(late) > 0 and late.step.min() >= 2
-    assert set(late.client) <= set(range(5, 10))
+    # only the straggler is late, not the other clients of its actor (5..9)
+    assert late[["step", "client"]].values.tolist() == [[2, 7], [3, 7]]
     assert np.isfinite(r.metrics.value).all() and r.summary["rounds"] == 4
 
 

@@ -200,7 +200,7 @@ class ClientHost:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected
         straggler, which is slowed client by client), else None."""
         fn = getattr(self.algorithm, "batched_ops", {}).get(op)
-        if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids):
+        if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids) or self._budget(op) is not None:
             return None
         from ..batched import can_batch, use_batched
 
@@ -225,23 +225,36 @@ class ClientHost:
         out: dict[int, Any] = {}
         stateless = op in getattr(self.algorithm, "stateless_ops", ())
         keeps = leaves_state(self.algorithm, op)
+        budget = self._budget(op)
         for k in sorted(int(c) for c in client_ids):
             began = time.perf_counter()
             state, result = plugin_call(fn, (self.contexts[k], None if stateless else self.states[k], payload, t),
                                         f"{self._who()} raised in client op {op!r} of client {k}, round {t}")
             if not keeps:
                 self.states[k] = state
-            out[k] = _to(result, torch.device("cpu"))
             slow = self._slowdown(k, t)
-            if slow > 1:  # fault injection: a straggler
-                time.sleep((slow - 1) * (time.perf_counter() - began))
+            if slow > 1:  # fault injection: a straggler (a wait cut just past its deadline, if it has one)
+                took = time.perf_counter() - began
+                wait = (slow - 1) * took
+                time.sleep(wait if budget is None else min(wait, max(budget - took, 0.0) + 1e-3))
+            if budget is not None and time.perf_counter() - began > budget:
+                continue  # missed ray.round_deadline_s: its update is left out (the executor reports it)
+            out[k] = _to(result, torch.device("cpu"))
         return out
+
+    def _budget(self, op: str) -> float | None:
+        """``ray.round_deadline_s`` for the ops that train (change client states), else None: a
+        client whose own op takes longer is late, whichever clients share its actor."""
+        deadline = self.cfg.ray.round_deadline_s
+        return None if deadline is None or leaves_state(self.algorithm, op) else deadline
 
     def _who(self) -> str:
         return f"algorithm {self.cfg.algorithm.name!r}"
 
     def _slowdown(self, client: int, t: int) -> float:
-        return slowdown(self.cfg.faults, client, t)
+        """A ``slow_client`` fault's factor in wall-clock time (1 with ``clock:``, where the
+        simulated clock carries it)."""
+        return 1.0 if self.cfg.clock.on else slowdown(self.cfg.faults, client, t)
 
 
 class _Visiting(MutableMapping):

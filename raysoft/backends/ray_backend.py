@@ -371,14 +371,22 @@ class RayExecutor:
         returned = [self.actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]
                     if not self.leaves_state(op)]
         self.late = []
-        if self.rc.round_deadline_s is not None and op != "evaluate":
-            ready, pending = ray.wait(futures, num_returns=len(futures), timeout=self.rc.round_deadline_s)
-            for f in pending:  # the actor finishes in the background; its updates are dropped
-                self.late += groups[sorted(groups)[futures.index(f)]]
-            futures = [f for f in futures if f not in pending]
+        asked = [groups[i] for i in sorted(groups)]
+        if self.rc.round_deadline_s is not None and not self.leaves_state(op):
+            # each client is timed on its actor and a late one left out of the answer; an actor
+            # that has not answered once each of its clients could have used the whole deadline
+            # (plus a grace) is a straggler as a whole: it finishes in the background, unused
+            guard = self.rc.round_deadline_s * max(map(len, asked)) + self.rc.deadline_grace_s
+            _, pending = ray.wait(futures, num_returns=len(futures), timeout=guard)
+            for f in pending:
+                self.late += asked[futures.index(f)]
+            kept = [i for i, f in enumerate(futures) if f not in pending]
+            futures, asked = [futures[i] for i in kept], [asked[i] for i in kept]
         out: dict[int, Any] = {}
-        for result in self._gather(futures):
+        for ks, result in zip(asked, self._gather(futures)):
             out.update(result)
+            self.late += [k for k in ks if k not in result]  # timed out on its actor
+        self.late.sort()
         self._gather(returned)
         return out
 

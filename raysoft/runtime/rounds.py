@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientCall, Reduced, ServerContext
-from ..algorithms.base import split_result
+from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import Federation
 from ..errors import UpdateError, plugin_call
@@ -22,6 +22,7 @@ from ..evaluation import summarize
 from ..metrics import HEADLINE, LOWER_IS_BETTER
 from ..models import build_model
 from ..tree import leaves
+from .clock import RoundClock
 from .executor import finite
 from .recording import CoordinatorBase
 
@@ -43,7 +44,7 @@ def _leaf_bytes(leaf: Any) -> int:
 class RoundCoordinator(CoordinatorBase):
     """Runs the rounds of one synchronous experiment and records every measurement."""
 
-    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means")
+    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now")
 
     def __init__(self, cfg: Config, executor: Any, algorithm: Any, run_id: str, run_dir: str | None = None) -> None:
         self._round = 0
@@ -56,6 +57,8 @@ class RoundCoordinator(CoordinatorBase):
         self.holdouts = [self.fed.holdout(s) for s in range(self.fed.num_distributions)]
         self.scratch = build_model(cfg.model, self.fed.info)
         self.metric = HEADLINE[self.fed.info.task]
+        self.clock = (RoundClock(cfg.clock, self.fed.sizes, cfg.train.local_epochs, cfg.faults, cfg.seed)
+                      if cfg.clock.on else None)
         self.init_run()
 
     @property
@@ -65,6 +68,21 @@ class RoundCoordinator(CoordinatorBase):
     @round.setter
     def round(self, value: int) -> None:
         self._round = value
+
+    @property
+    def virtual_now(self) -> float | None:
+        """The simulated seconds at the end of the last round run (``clock:``), else None."""
+        return None if self.clock is None else self.clock.now
+
+    @virtual_now.setter
+    def virtual_now(self, value: float | None) -> None:
+        if self.clock is not None:
+            self.clock.now, self.clock.longest = float(value or 0.0), 0.0
+
+    def row(self, scope: str, entity: int, eval_dist: int, metric: str, value: float, step: int | None = None,
+            vtime: float | None = None) -> None:
+        """One row of metrics.parquet, at the simulated time of the clock when there is one."""
+        super().row(scope, entity, eval_dist, metric, value, step, self.virtual_now if vtime is None else vtime)
 
     def _exec(self, fn: Callable[..., Any], *args: Any, sent: Any = None) -> Any:
         """``fn(*args)`` on the executor, its time counted as waiting on the clients and the
@@ -79,6 +97,7 @@ class RoundCoordinator(CoordinatorBase):
         self._waited, self._bytes = 0.0, 0
         self.state = self.algorithm.init_server(self.ctx)
         self.round = 0
+        self.virtual_now = 0.0
         self.center_scores: np.ndarray | None = None
         self.local_means: dict[str, float] = {}
         shares = self.fed.realized_shares()
@@ -129,8 +148,21 @@ class RoundCoordinator(CoordinatorBase):
         for k in self.executor.late:
             self.event("late_update", f"op {op}: missed the round deadline", client=k)
 
+    def _on_time(self, call: ClientCall, t: int) -> ClientCall:
+        """The call without the clients whose training misses the simulated round deadline
+        (``clock:``; each one an event); ops that leave the clients' states alone are not timed."""
+        if self.clock is None or leaves_state(self.algorithm, call.op):
+            return call
+        on_time, late = self.clock.split(call.clients, t)
+        deadline = self.cfg.clock.round_deadline_s
+        for k, d in late.items():
+            self.event("late_update", f"op {call.op}: would take {d:.4g} simulated s, past the round deadline of "
+                       f"{deadline:g} s (clock.round_deadline_s)", client=k)
+        return call if not late else ClientCall(call.op, list(on_time), call.payload, call.reduce)
+
     def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
+        call = self._on_time(call, t)
         results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
         bad = [k for k in sorted(results) if not finite(results[k])]
@@ -143,6 +175,7 @@ class RoundCoordinator(CoordinatorBase):
         per actor travel), else here; the same additions in the same client-id order either way."""
         red = call.reduce
         assert red is not None
+        call = self._on_time(call, t)
         if self.cfg.ray.reduce_in_actors:
             flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
             self._report_late(call.op)
@@ -176,6 +209,8 @@ class RoundCoordinator(CoordinatorBase):
         for name, value in diag.get("diagnostics", {}).items():  # an algorithm's own per-round figures
             self.recorder.add("diagnostics", step=t, name=name, value=float(value))
         self.round = t + 1
+        if self.clock is not None:
+            self.clock.end_round()
         info: dict[str, Any] = {"round": self.round, "headline": None, "trained": diag.get("trained")}
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
             info["headline"] = self.evaluate()
