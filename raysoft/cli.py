@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     for o in args.overrides:
                         entry += ["--set", shlex.quote(o)]
                     entry += ["--out", shlex.quote(out)]
-                    return submit(args.address, entry)
+                    return submit(args.address, entry, join_timeout_s=cfg.ray.join_timeout_s)
                 print(run(cfg, out=args.out, address=args.address, progress=args.progress).location)
         elif args.command == "sweep":
             from .sweep import sweep

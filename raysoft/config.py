@@ -1,12 +1,13 @@
 """Typed, validated experiment configuration.
 
 A config is YAML with the top-level sections ``seed``, ``algorithm``, ``data``, ``model``,
-``train``, ``ray``, ``output``, ``faults`` and ``callbacks``. Every section is a frozen pydantic model that forbids
-unknown keys and checks types strictly, so a typo fails before Ray starts. The
-``algorithm``, ``data``, ``model`` and ``callbacks`` sections are dispatched on their ``name`` to
-the settings class of the plug-in it names (:mod:`raysoft.plugins`; the built-ins are plug-ins
-too, their settings in :mod:`raysoft.algorithms.settings` and :mod:`raysoft.catalog`), so each
-algorithm declares exactly the hyper-parameters it has.
+``train``, ``ray``, ``output``, ``faults``, ``callbacks`` and ``clock``. Every section is a
+frozen pydantic model that forbids unknown keys and checks types strictly, so a typo fails
+before Ray starts. The ``algorithm``, ``data``, ``model`` and ``callbacks`` sections are
+dispatched on their ``name`` to the settings class of the plug-in it names
+(:mod:`raysoft.plugins`; the built-ins are plug-ins too, their settings in
+:mod:`raysoft.algorithms.settings` and :mod:`raysoft.catalog`), so each algorithm declares
+exactly the hyper-parameters it has.
 
 Bad input raises :class:`ConfigError` whose message is one line naming the key and the problem.
 """
@@ -245,7 +246,11 @@ class RayConfig(Section):
     num_cpus_per_actor: float = Field(1.0, gt=0.0)
     num_gpus_per_actor: float = Field(0.0, ge=0.0, le=1.0)
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray started by raysoft")
-    address: str | None = Field(None, description="join an existing cluster (auto, ray://, http://)")
+    address: str | None = Field(None, description="join an existing cluster (host:port, auto, ray://, http://)")
+    join_timeout_s: float = Field(
+        30.0, gt=0.0, description="seconds to wait for the cluster at address (or RAY_ADDRESS) to answer before "
+        "refusing the run (one line, exit 2)"
+    )
     placement: Literal["spread", "pack", "none", "trial"] = Field(
         "spread", description="place client actors with a placement group (SPREAD over nodes, or PACK); none: Ray's "
         "default; trial: in the bundles reserved by the Ray Tune trial that runs the experiment (raysoft sweep)"

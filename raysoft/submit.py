@@ -21,18 +21,34 @@ import yaml
 ROOT = Path.cwd()  # the working directory that is uploaded (the repository, when run from it)
 
 
-def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, working_dir: str | None = None,
-           submission_id: str | None = None, follow: bool = True) -> int:
-    """Submit ``entrypoint`` to the Jobs API at ``address``; follow the logs; 0 if it SUCCEEDED."""
-    from .backends import auth
+# never uploaded with the working directory: run output, logs (a log being written while Ray
+# packs the directory changes its hash between two reads, and the job's runtime environment
+# fails to set up), virtual environments and caches
+EXCLUDES = ["runs/", "*.log", "*.partial", ".venv*/", "__pycache__/", ".pytest_cache/", ".hypothesis/", ".git/"]
 
+
+def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, working_dir: str | None = None,
+           submission_id: str | None = None, follow: bool = True, join_timeout_s: float = 30.0) -> int:
+    """Submit ``entrypoint`` to the Jobs API at ``address``; follow the logs; 0 if it SUCCEEDED,
+    else 1 with one line on stderr saying why (the job's status message and its last log line).
+    :class:`~raysoft.errors.JoinError` (one line) if the Jobs API does not answer within
+    ``join_timeout_s``."""
+    from .backends import auth
+    from .backends.join import probe
+    from .errors import JoinError, first_line
+
+    probe(address, join_timeout_s)
     auth.prepare(address)  # the cluster's token goes with every request, or a one-line refusal
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     env_file = Path(runtime_env) if runtime_env else ROOT / "jobs" / "runtime_env.yaml"
     env = (yaml.safe_load(env_file.read_text()) or {}) if env_file.is_file() else {}
     env["working_dir"] = working_dir or str(ROOT)
-    client = JobSubmissionClient(address)
+    env["excludes"] = list(dict.fromkeys([*env.get("excludes", []), *EXCLUDES]))
+    try:
+        client = JobSubmissionClient(address)
+    except ConnectionError as err:
+        raise JoinError(f"ray.address {address}: {first_line(err)}") from None
     job = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env=env, submission_id=submission_id)
     print(f"submitted {job}", file=sys.stderr)
     if not follow:
@@ -45,9 +61,32 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
             sys.stdout.flush()
 
     asyncio.run(tail())
-    status = client.get_job_status(job)
-    print(f"job {job}: {status}", file=sys.stderr)
-    return 0 if status == JobStatus.SUCCEEDED else 1
+    info = client.get_job_info(job)
+    if info.status == JobStatus.SUCCEEDED:
+        print(f"job {job}: {info.status}", file=sys.stderr)
+        return 0
+    print(failure_line(job, str(info.status), info.error_type, info.message, client.get_job_logs(job)),
+          file=sys.stderr)
+    return 1
+
+
+def failure_line(job: str, status: str, error_type: str | None, message: str | None, logs: str) -> str:
+    """One line for a job that did not succeed: its status, Ray's error type and the first line
+    of its status message (cut at 300 characters), and the last line of its logs."""
+    from .errors import one_line
+
+    head = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    why = one_line(head[0]) if head else ""
+    if len(why) > 300:
+        why = why[:297] + "..."
+    last = [line.strip() for line in logs.splitlines() if line.strip()]
+    parts = [f"job {job}: {status}"]
+    if error_type:
+        parts.append(str(error_type))
+    if why:
+        parts.append(why)
+    text = ": ".join(parts)
+    return text + (f"; its last log line: {one_line(last[-1])}" if last else "; it wrote no log")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,13 +96,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--working-dir", default=None, help="default: the current directory")
     ap.add_argument("--submission-id", default=None)
     ap.add_argument("--no-follow", action="store_true", help="submit and print the id only")
+    ap.add_argument("--join-timeout-s", type=float, default=30.0,
+                    help="seconds to wait for the Jobs API to answer before giving up (exit 2)")
     ap.add_argument("entrypoint", nargs=argparse.REMAINDER, help="-- raysoft run CONFIG ...")
     args = ap.parse_args(argv)
     entry = [a for a in args.entrypoint if a != "--"]
     if not entry:
         sys.stderr.write("submit: give the entrypoint after --, e.g. -- raysoft run jobs/fedsoft_synthetic.yaml\n")
         return 2
-    return submit(args.address, entry, args.runtime_env, args.working_dir, args.submission_id, not args.no_follow)
+    from .errors import RaysoftError, error_line, exit_code
+
+    try:
+        return submit(args.address, entry, args.runtime_env, args.working_dir, args.submission_id,
+                      not args.no_follow, args.join_timeout_s)
+    except RaysoftError as err:
+        sys.stderr.write(f"submit: {err.kind}: {error_line(err)}\n")
+        return exit_code(err)
 
 
 if __name__ == "__main__":

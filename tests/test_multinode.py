@@ -143,6 +143,14 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         (run_dir,) = list(out.iterdir())
         m = pd.read_parquet(run_dir / "metrics.parquet")
         assert m.step.max() == 2 and np.isfinite(m.value).all()
+        # a job that fails says why, in one line: Ray's status message and the job's last log line
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://127.0.0.1:8312", "--",
+             "python", "-c", "'print(\"the last words\"); raise SystemExit(3)'"],
+            env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and last.startswith("job raysubmit_") and ": FAILED: " in last, proc.stderr
+        assert "exit code 3" in last and last.endswith("its last log line: the last words"), last
         # the same through the CLI: an http:// address submits a Ray Job; from an example's folder, with
         # its plug-in (fedprox:FedProx) in the job's working directory, the current one, and the
         # job's own relative output.dir (runs), which lands in that folder (the cluster is on this machine)

@@ -26,10 +26,11 @@ from typing import Any
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
-from ..errors import ClientFailure, RaysoftError, first_line
+from ..errors import ClientFailure, JoinError, RaysoftError, first_line
 from ..interrupts import keep_sigterm_handler
 from ..plugins import ship_paths
 from . import auth
+from .join import probe
 from .plan import Cluster, Plan, balanced_segments, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
 # The driver imports neither torch nor the runtime (hundreds of MB per process;
@@ -479,10 +480,17 @@ def connect(rc: RayConfig, runtime_env: dict[str, Any] | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = rc.address or os.environ.get("RAY_ADDRESS")
+    source = "ray.address" if rc.address else "RAY_ADDRESS"
+    if address and address != "local":  # nothing answering there: one line within the deadline
+        probe(address, rc.join_timeout_s, source)
     auth.prepare(None if address in (None, "local") else address)
     with keep_sigterm_handler():
         if address:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, runtime_env=runtime_env)
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                         runtime_env=runtime_env)
+            except ConnectionError as err:
+                raise JoinError(f"{source} {address}: {first_line(err)}") from None
         else:  # a new local Ray, even if another one runs on this machine (Ray would join it)
             ray.init(
                 address="local",

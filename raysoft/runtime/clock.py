@@ -74,8 +74,8 @@ def read_speeds(path: str, num_clients: int) -> np.ndarray:
 class RoundClock:
     """The simulated time of a run of synchronous rounds, and who meets a round's deadline."""
 
-    def __init__(self, clock: ClockConfig, sizes: Sequence[int] | np.ndarray, local_epochs: int, faults: Sequence[Fault],
-                 seed: int) -> None:
+    def __init__(self, clock: ClockConfig, sizes: Sequence[int] | np.ndarray, local_epochs: int,
+                 faults: Sequence[Fault], seed: int) -> None:
         self.clock = clock
         self.sizes = np.asarray(sizes, dtype=np.float64)
         self.epochs = local_epochs
