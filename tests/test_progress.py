@@ -24,3 +24,27 @@ def test_rounds_without_a_headline_print_nothing_in_lines_mode():
     bar = Progress(4, "lines", stream=out)
     bar({"round": 1, "headline": None})
     assert out.getvalue() == ""
+
+
+EVENTS = [{"step": 3, "kind": "fault_injected", "detail": "kill actor 1", "client": -1},
+          {"step": 3, "kind": "late_update", "detail": "op train: missed the round deadline", "client": 7}]
+
+
+def test_what_a_run_survives_is_one_line_each_as_it_happens():
+    out = io.StringIO()
+    bar = Progress(4, "lines", stream=out, label="ifca")
+    bar({"round": 3, "headline": None, "events": EVENTS})
+    assert out.getvalue().splitlines() == ["ifca round 3: fault_injected: kill actor 1",
+                                           "ifca round 3: late_update, client 7: op train: missed the round deadline"]
+
+
+def test_an_event_line_starts_below_the_bar_and_none_is_silent():
+    out = io.StringIO()
+    bar = Progress(4, "bar", stream=out)
+    bar({"round": 2, "headline": None})
+    bar({"round": 3, "headline": None, "events": EVENTS[:1]})
+    text = out.getvalue()
+    assert "\nround 3: fault_injected: kill actor 1\n" in text  # not glued to the bar's line
+    quiet = io.StringIO()
+    Progress(4, "none", stream=quiet)({"round": 3, "headline": None, "events": EVENTS})
+    assert quiet.getvalue() == ""

@@ -97,20 +97,27 @@ def test_in_process_host_failure_recovers_with_identical_metrics(tmp_path, clean
     _assert_same(r.run_dir, clean)
     ev = pd.read_parquet(r.run_dir / "events.parquet")
     assert {"fault_injected", "actor_died", "restored"} <= set(ev.kind)
+    assert r.summary["events"] == {"actor_died": 1, "fault_injected": 1, "restored": 1}  # what it survived
     restored = ev[ev.kind == "restored"].detail.iloc[0]
     assert restored == f"continuing from round {3 if checkpoint_every else 0}"
 
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_killed_client_actor_is_restarted_and_the_run_matches_a_clean_one(ray_session, tmp_path, clean):
+def test_killed_client_actor_is_restarted_and_the_run_matches_a_clean_one(ray_session, tmp_path, clean, capsys):
     cfg = _cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5},
-               faults=[{"kind": "kill_actor", "at_round": 4, "actor": 1}], output={"checkpoint_every": 2})
+               faults=[{"kind": "kill_actor", "at_round": 4, "actor": 1}],
+               output={"checkpoint_every": 2, "progress": "lines"})
     r = raysoft.run(cfg, out=tmp_path)
     _assert_same(r.run_dir, clean)
     ev = pd.read_parquet(r.run_dir / "events.parquet")
     died = ev[ev.kind == "actor_died"]
     assert len(died) == 1 and died.step.iloc[0] == 4
+    # said on the driver's stderr as it happened (the coordinator actor's own log never reaches it)
+    said = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("fedsoft round 0/")
+            and "/8" not in line]
+    assert said[:3] == ["fedsoft round 4: fault_injected: kill actor 1", said[1], "fedsoft round 4: restored: "
+                        "continuing from round 4"] and said[1].startswith("fedsoft round 4: actor_died: ")
 
 
 def test_nan_update_is_excluded_and_reported(tmp_path):
@@ -200,6 +207,7 @@ def test_a_nan_update_is_left_out_of_a_mean_summed_in_the_actors(ray_session, tm
     for r in (here, there):
         ev = pd.read_parquet(r.run_dir / "events.parquet")
         assert ev[ev.kind == "nan_update"][["step", "client"]].values.tolist() == [[2, 3]]
+        assert r.summary["events"] == {"nan_update": 1}
     m_here, m_there = (r.metrics.drop(columns=["run_id", "time_s"]) for r in (here, there))
     assert np.isfinite(m_there.value).all()
     pd.testing.assert_frame_equal(m_there, m_here, check_exact=True)

@@ -38,6 +38,7 @@ class CoordinatorBase:
         self.started = False  # the initial evaluation is done
         self.stopped_at: int | None = None  # the round at which a callback stopped the run
         self.rows_sent = 0  # metric rows already handed to the driver's callbacks
+        self.unsaid: list[dict[str, Any]] = []  # events not yet handed to the driver
         self._work: dict[str, int] = {}  # samples per kind of work since the last report (raysoft bench's floors)
         for actor, where in enumerate(executor.placement):
             for k in where["clients"]:
@@ -91,10 +92,22 @@ class CoordinatorBase:
                           value=float(value), virtual_time=vtime)
 
     def event(self, kind: str, detail: str = "", client: int = -1, actor: int = -1) -> None:
-        """One row of events.parquet, and a log line."""
-        (log.info if kind == "checkpoint" else log.warning)("round %d: %s %s", self.round, kind, detail)
+        """One row of events.parquet; every kind but a checkpoint is also said on the driver's
+        stderr as it happens (:meth:`advance` hands it over, the progress display prints it)."""
+        log.debug("round %d: %s %s", self.round, kind, detail)
         self.recorder.add("events", step=self.round, time_s=self.elapsed(), kind=kind, client=client,
                           actor=actor, detail=detail)
+        if kind != "checkpoint":
+            self.unsaid.append({"step": self.round, "kind": kind, "detail": detail, "client": client})
+
+    def event_counts(self) -> dict[str, int]:
+        """What the run survived, for ``summary.json``: the number of events of each kind (a
+        checkpoint is not one), e.g. ``{"actor_died": 1, "restored": 1, "late_update": 4}``."""
+        counts: dict[str, int] = {}
+        for kind in self.recorder.columns.get("events", {}).get("kind", []):
+            if kind != "checkpoint":
+                counts[kind] = counts.get(kind, 0) + 1
+        return dict(sorted(counts.items()))
 
     def evaluate_clusters(self, scratch: torch.nn.Module, models: torch.Tensor,
                           holdouts: Sequence[tuple[torch.Tensor, torch.Tensor]], task: str,
@@ -128,6 +141,7 @@ class CoordinatorBase:
             self.recover()
             info = {"round": self.round, "headline": None}
         info["done"] = self.started and self.done()
+        info["events"], self.unsaid = self.unsaid, []
         if self.cfg.callbacks:
             cols = self.recorder.columns["metrics"]
             info["rows"] = {k: v[self.rows_sent:] for k, v in cols.items()}

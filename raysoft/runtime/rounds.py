@@ -259,7 +259,10 @@ class RoundCoordinator(CoordinatorBase):
             dataset=self.cfg.data.name,
             rounds=self.round,
             wall_time_s=self.elapsed(),
+            events=self.event_counts(),
         )
+        if self.clock is not None:
+            out["virtual_time_s"] = self.clock.now
         return out
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:

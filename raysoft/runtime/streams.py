@@ -297,5 +297,5 @@ class StreamCoordinator(CoordinatorBase):
                                      "server_estimation_on_actors": tot.get("server_on_actor_s", 0.0)})
         out.update(run_id=self.recorder.run_id, kind="stream", algorithm=self.a.name, dataset=self.cfg.data.name,
                    rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
-                   wall_time_s=self.elapsed())
+                   wall_time_s=self.elapsed(), events=self.event_counts())
         return self.recorder.tables(), out
