@@ -264,6 +264,11 @@ class RayConfig(Section):
         "takes longer is left out of the round (its update unused, an event; results then depend on timing; "
         "clock: decides it in simulated time instead, reproducibly)"
     )
+    call_timeout_s: float | None = Field(
+        None, gt=0.0, description="seconds a wait on an actor that is alive but does not answer (hung) may last "
+        "before the actor is killed and handled as a dead one; null: 10 x the longest such wait so far, at least "
+        "300 s (3600 s before the first)"
+    )
     deadline_grace_s: float = Field(
         30.0, gt=0.0, description="round_deadline_s: an actor that has not answered after round_deadline_s x its "
         "clients in the call + this grace is left behind as a whole (its clients late)"
@@ -382,10 +387,11 @@ class ClockConfig(Section):
 
 class Fault(Section):
     """An injected fault: ``kill_actor`` kills client actor ``actor`` at the start of round
-    ``at_round``; ``nan_update`` makes client ``client``'s update of that round NaN;
+    ``at_round`` (``hang_actor`` makes it stop answering, alive, for ``factor`` seconds; Ray
+    backend only); ``nan_update`` makes client ``client``'s update of that round NaN;
     ``slow_client`` makes client ``client``'s work take ``factor`` times as long from that round on."""
 
-    kind: Literal["kill_actor", "nan_update", "slow_client"]
+    kind: Literal["kill_actor", "nan_update", "slow_client", "hang_actor"]
     at_round: int = Field(ge=0)
     actor: int = Field(0, ge=0)
     client: int = Field(0, ge=0)
@@ -501,6 +507,8 @@ class Config(Section):
         for f in self.faults:
             if f.kind in ("nan_update", "slow_client") and f.client >= data.clients:
                 raise ValueError(f"faults: client {f.client} does not exist (data.clients is {data.clients})")
+            if f.kind == "hang_actor" and self.ray.backend != "ray":
+                raise ValueError("faults: hang_actor needs ray.backend: ray (an actor that stops answering)")
         if self.clock.on and getattr(type(algo), "stream", False):
             raise ValueError(f"clock: is for synchronous rounds; algorithm {algo.name} is a stream with a virtual "
                              "clock of its own (upload_rate, join_schedule)")

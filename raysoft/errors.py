@@ -64,6 +64,11 @@ class ConfigError(Refusal, ValueError):
     """A bad config or command-line argument; the message is one line naming the key."""
 
 
+class CoordinatorFailure(RunFailure, RuntimeError):
+    """The coordinator actor died (its process or node) or stopped answering: the run stops,
+    one line; a checkpointed run can be resumed."""
+
+
 class JoinError(Refusal, ConnectionError):
     """A cluster address where nothing answered within ``ray.join_timeout_s``: one line naming
     the address and what did not answer, before anything is written."""

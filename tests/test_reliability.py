@@ -83,6 +83,44 @@ def test_resume_after_kill_minus_9_of_the_driver_equals_an_uninterrupted_run(tmp
     assert pd.read_parquet(run_dir / "metrics.parquet").run_id.nunique() == 1
 
 
+@pytest.mark.slow
+def test_a_killed_coordinator_ends_the_run_in_one_line_and_it_resumes_to_the_same_numbers(tmp_path):
+    import psutil
+
+    cfg = _cfg(algorithm={"rounds": 30, "eval_every": 5, "clients_per_round": 8},
+               data={"clients": 20, "samples_min": 100, "samples_max": 150}, train={"local_epochs": 10},
+               ray={"backend": "ray", "num_cpus": 2, "clients_per_actor": 10, "num_cpus_per_actor": 0.5},
+               output={"checkpoint_every": 2, "progress": "none"})
+    clean = raysoft.run({**cfg, "ray": {"backend": "inprocess"}}, out=tmp_path / "clean").run_dir
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "raysoft", "run", str(path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    run_dir = None
+    while time.time() < deadline:  # a checkpoint past round 6, then kill -9 the coordinator actor's process
+        dirs = list(out.glob("*/checkpoint.pt")) if out.exists() else []
+        if dirs and torch.load(dirs[0], weights_only=False)["round"] >= 6:
+            run_dir = dirs[0].parent
+            break
+        time.sleep(0.2)
+    assert run_dir is not None and proc.poll() is None, "the run finished before it could be killed"
+    coordinators = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                    if "CoordinatorActor" in " ".join(p.cmdline())]
+    assert len(coordinators) == 1
+    coordinators[0].kill()
+    _, err = proc.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, err
+    assert lines[0].startswith("raysoft: run stopped: the coordinator actor died during 'advance'") and \
+        f"continue with: raysoft run --resume {run_dir}" in lines[0], lines[0]
+    done = subprocess.run([sys.executable, "-m", "raysoft", "run", "--resume", str(run_dir), "--progress", "none"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    _assert_same(run_dir, clean)
+
+
 def test_resume_refuses_complete_and_foreign_directories(tmp_path, clean):
     with pytest.raises(raysoft.ConfigError, match="already complete"):
         raysoft.resume(clean)
@@ -118,6 +156,44 @@ def test_killed_client_actor_is_restarted_and_the_run_matches_a_clean_one(ray_se
             and "/8" not in line]
     assert said[:3] == ["fedsoft round 4: fault_injected: kill actor 1", said[1], "fedsoft round 4: restored: "
                         "continuing from round 4"] and said[1].startswith("fedsoft round 4: actor_died: ")
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_hung_client_actor_is_killed_at_its_deadline_and_the_run_matches_a_clean_one(ray_session, tmp_path, clean):
+    # alive and silent (before: the round waited forever); after ray.call_timeout_s its first call
+    # of the round (FedSoft's estimate) gives up, and the actor is killed,
+    # restarted and the run restored from its checkpoint, as for a dead actor
+    cfg = _cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5, "call_timeout_s": 5},
+               faults=[{"kind": "hang_actor", "at_round": 4, "actor": 1, "factor": 1e6}],
+               output={"checkpoint_every": 2})
+    r = raysoft.run(cfg, out=tmp_path)
+    _assert_same(r.run_dir, clean)
+    ev = pd.read_parquet(r.run_dir / "events.parquet")
+    died = ev[ev.kind == "actor_died"].detail.tolist()
+    assert died == ["client actor 1 did not answer 'estimate' within 5 s (ray.call_timeout_s): killed as hung"]
+    assert r.summary["events"] == {"actor_died": 1, "fault_injected": 1, "restored": 1}
+
+
+def test_deadlines_derive_from_the_waits_measured():
+    from raysoft.backends.deadlines import FIRST_S, FLOOR_S, Deadlines
+
+    d = Deadlines()
+    assert d.limit("train") == FIRST_S  # nothing measured yet
+    d.measured("train", 12.0)
+    d.measured("train", 50.0)
+    d.measured("train", 3.0)
+    assert d.limit("train") == 500.0 and d.limit("sum") == FIRST_S  # 10 x the longest, per kind
+    d.measured("sum", 0.2)
+    assert d.limit("sum") == FLOOR_S
+    fixed = Deadlines(7.0)
+    assert fixed.limit("train") == 7.0 and fixed.limit("start") == FIRST_S
+    assert fixed.say("train") == "7 s (ray.call_timeout_s)"
+
+
+def test_a_hang_needs_an_actor():
+    with pytest.raises(raysoft.ConfigError, match="hang_actor needs ray.backend: ray"):
+        raysoft.run(_cfg(faults=[{"kind": "hang_actor", "at_round": 1}]), out="unused")
 
 
 def test_nan_update_is_excluded_and_reported(tmp_path):

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
 from ..config import Config, ConfigError, RayConfig, parse_config
-from ..errors import ClientFailure, JoinError, RaysoftError, first_line
+from ..errors import ClientFailure, CoordinatorFailure, JoinError, RaysoftError, first_line
 from ..interrupts import keep_sigterm_handler
 from ..plugins import ship_paths
 from . import auth
+from .deadlines import Deadlines
 from .join import probe
 from .plan import Cluster, Plan, balanced_segments, not_placed, plan, plan_actors  # noqa: F401 - plan_actors re-exported
 
@@ -164,6 +166,12 @@ class ClientActor:
     def ping(self) -> bool:
         return True
 
+    def hang(self, seconds: float) -> None:
+        """Fault injection (``hang_actor``): busy, alive and silent for ``seconds``."""
+        import time
+
+        time.sleep(seconds)
+
     def start(self) -> dict[str, Any]:
         import torch
 
@@ -227,12 +235,13 @@ class RayExecutor:
         self.rc = cfg.ray
         self.blocks = blocks
         self.pg, self.first_bundle = pg, first_bundle
+        self.deadlines = Deadlines(self.rc.call_timeout_s)  # no wait on a live actor without one
         self.actors: list[Any] = []
         for i, block in enumerate(self.blocks):
             self.actors.append(self._create(block, i))
         self._placed(range(len(self.actors)))
         self.owner = {k: i for i, block in enumerate(self.blocks) for k in block}
-        self.placement = self._gather([a.start.remote() for a in self.actors])
+        self.placement = self._gather([a.start.remote() for a in self.actors], "start", list(range(len(self.actors))))
         self.late: list[int] = []  # clients whose updates missed the last call's deadline
         self.costs: Any = None  # per client: its samples (balanced rounds), from set_costs
         self.where: dict[int, int] = {}  # client -> the actor its last keep ran on
@@ -282,6 +291,7 @@ class RayExecutor:
     def _placed(self, indices) -> None:
         """Wait, at most ``ray.placement_timeout_s``, until the actors ``indices`` run (placed
         on a node, their process started); building their clients comes after, unbounded."""
+        indices = list(indices)
         refs = [self.actors[i].ping.remote() for i in indices]
         if not refs:
             return
@@ -289,13 +299,36 @@ class RayExecutor:
         if pending:
             raise ConfigError(not_placed(self.num_clients, self.rc, joined_cluster(), len(self.blocks),
                                          self.rc.placement_timeout_s))
-        self._gather(refs)
+        self._gather(refs, "ping", indices)
 
-    def _gather(self, futures: list) -> list:
+    def _gather(self, futures: list, op: str = "call", who: list[int] | None = None) -> list:
+        """The futures' values, waiting at most the deadline of ``op`` (:mod:`.deadlines`); a dead
+        actor, or one that has not answered by then (hung: killed here), is a
+        :class:`ClientFailure`, which the coordinator recovers from like a dead actor. ``who``:
+        each future's actor (else the actors that do not answer a ping are the hung ones)."""
+        if not futures:
+            return []
+        began = time.monotonic()
+        limit = self.deadlines.limit(op)
+        _, pending = ray.wait(futures, num_returns=len(futures), timeout=limit)
+        if pending:
+            hung = sorted({who[futures.index(f)] for f in pending}) if who is not None else self._silent()
+            for i in hung:
+                ray.kill(self.actors[i], no_restart=True)
+            raise ClientFailure(f"client actor{'s' if len(hung) > 1 else ''} {', '.join(map(str, hung))} did not "
+                                f"answer {op!r} within {self.deadlines.say(op)}: killed as hung")
         try:
-            return ray.get(futures)
+            out = ray.get(futures)
         except _DEAD as err:
             raise ClientFailure(first_line(err)) from None
+        self.deadlines.measured(op, time.monotonic() - began)
+        return out
+
+    def _silent(self, within_s: float = 10.0) -> list[int]:
+        """The client actors that do not answer a ping within ``within_s`` (busy or hung)."""
+        pings = [a.ping.remote() for a in self.actors]
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=within_s)
+        return [i for i, p in enumerate(pings) if p not in ready]
 
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self._run("call", op, client_ids, payload, t)
@@ -312,7 +345,7 @@ class RayExecutor:
         are sequential."""
         if self.rc.sum_shape == "tree":
             return self._tree(plan)
-        return self._gather([self._chain(plan.terms, plan.start)[0]])[0]
+        return self._gather([self._chain(plan.terms, plan.start)[0]], "sum")[0]
 
     def _chain(self, terms: dict[int, Any], acc: Any, fresh: bool = False) -> tuple[Any, int]:
         """The reference to ``acc`` plus ``terms``, added actor after actor in client-id order
@@ -342,7 +375,7 @@ class RayExecutor:
         total, i = level[0]
         if start is not None:  # start + total, as Plan.finish
             total = self.actors[i].combine.remote(start, total)
-        return self._gather([total])[0]
+        return self._gather([total], "sum")[0]
 
     def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              extra: tuple = ()) -> dict[int, Any]:
@@ -384,41 +417,56 @@ class RayExecutor:
             kept = [i for i, f in enumerate(futures) if f not in pending]
             futures, asked = [futures[i] for i in kept], [asked[i] for i in kept]
         out: dict[int, Any] = {}
-        for ks, result in zip(asked, self._gather(futures)):
+        who = [self.where[ks[0]] for ks in asked]
+        for ks, result in zip(asked, self._gather(futures, op, who)):
             out.update(result)
             self.late += [k for k in ks if k not in result]  # timed out on its actor
         self.late.sort()
-        self._gather(returned)
+        self._gather(returned, "take")
         return out
 
     def get_states(self) -> dict[int, Any]:
         out: dict[int, Any] = {}
-        for part in self._gather([a.get_states.remote() for a in self.actors]):
+        everyone = list(range(len(self.actors)))
+        for part in self._gather([a.get_states.remote() for a in self.actors], "states", everyone):
             out.update(part)
         return out
 
     def set_states(self, states: dict[int, Any]) -> None:
-        self._gather([a.set_states.remote({k: states[k] for k in block}) for a, block in zip(self.actors, self.blocks)])
+        self._gather([a.set_states.remote({k: states[k] for k in block}) for a, block in zip(self.actors, self.blocks)],
+                     "states", list(range(len(self.actors))))
 
     def reset(self) -> None:
-        self._gather([a.reset.remote() for a in self.actors])
+        self._gather([a.reset.remote() for a in self.actors], "reset", list(range(len(self.actors))))
 
     def kill(self, actor: int) -> None:
         """Fault injection: kill one client actor."""
         ray.kill(self.actors[actor % len(self.actors)], no_restart=True)
 
+    def hang(self, actor: int, seconds: float) -> None:
+        """Fault injection: one client actor busy, alive and silent, for ``seconds``."""
+        self.actors[actor % len(self.actors)].hang.remote(seconds)
+
     def recover(self) -> None:
-        """Replace dead actors by new ones hosting the same clients (rebuilt from seed and id)."""
+        """Replace dead actors (and those that do not answer a ping within a minute: killed as
+        hung) by new ones hosting the same clients (rebuilt from seed and id)."""
+        pings = [a.ping.remote() for a in self.actors]
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=60.0)
         dead = []
-        for i, actor in enumerate(self.actors):
-            try:
-                ray.get(actor.ping.remote())
-            except _DEAD:
-                log.warning("client actor %d died; restarting it for clients %s", i, self.blocks[i][:3])
-                self.actors[i] = self._create(self.blocks[i], i)
-                dead.append(i)
+        for i, ping in enumerate(pings):
+            if ping in ready:
+                try:
+                    ray.get(ping)
+                    continue
+                except _DEAD:
+                    pass
+            else:
+                ray.kill(self.actors[i], no_restart=True)
+            log.warning("client actor %d died; restarting it for clients %s", i, self.blocks[i][:3])
+            self.actors[i] = self._create(self.blocks[i], i)
+            dead.append(i)
         self._placed(dead)
-        for i, where in zip(dead, self._gather([self.actors[i].start.remote() for i in dead])):
+        for i, where in zip(dead, self._gather([self.actors[i].start.remote() for i in dead], "start", dead)):
             self.placement[i] = where
 
 
@@ -571,15 +619,47 @@ def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resum
         env = plugin_env(cfg)
         coord = CoordinatorActor.options(  # type: ignore[attr-defined]  # an ActorClass
             scheduling_strategy=here, **({"runtime_env": env} if env else {})).remote()
-        _get(coord.start.remote(cfg.to_dict(), run_id, run_dir, resume, p.blocks, pg or trial_pg,
-                                1 if trial_pg is not None else 0))
-        advance: Callable[..., dict[str, Any]] = lambda stop=False: _get(coord.advance.remote(stop))  # noqa: E731
+        ask = _Asker(coord, cfg.ray)
+        ask("start", cfg.to_dict(), run_id, run_dir, resume, p.blocks, pg or trial_pg, 1 if trial_pg is not None else 0)
+        advance: Callable[..., dict[str, Any]] = lambda stop=False: ask("advance", stop)  # noqa: E731
         drive(advance, on_progress)
-        return _get(coord.results.remote())
+        return ask("results")
     finally:
         _release(coord, pg)
         if started:
             shutdown()
+
+
+class _Asker:
+    """The driver's calls to the coordinator, each with a deadline (the coordinator's own waits
+    on its client actors have theirs, :class:`RayExecutor`; the driver's is looser, so that the
+    coordinator can notice a hung client actor and recover first). A coordinator that died or
+    did not answer in time is a :class:`CoordinatorFailure`, one line."""
+
+    def __init__(self, coord: Any, rc: RayConfig) -> None:
+        self.coord, self.rc = coord, rc
+        self.deadlines = Deadlines()
+
+    def limit(self, op: str) -> float:
+        if op == "start":  # placing the client actors, then building their clients
+            return self.rc.placement_timeout_s + 2 * self.deadlines.limit(op)
+        fixed = 4 * self.rc.call_timeout_s + 120 if self.rc.call_timeout_s is not None else 0.0
+        return max(2 * self.deadlines.limit(op) + 120, fixed)
+
+    def __call__(self, op: str, *args: Any) -> Any:
+        ref = getattr(self.coord, op).remote(*args)
+        began, limit = time.monotonic(), self.limit(op)
+        ready, _ = ray.wait([ref], timeout=limit)
+        if not ready:
+            ray.kill(self.coord)
+            raise CoordinatorFailure(f"the coordinator actor did not answer {op!r} within {limit:g} s (hung): "
+                                     "stopped; ray.call_timeout_s sets the waits")
+        try:
+            out = _get(ref)
+        except _DEAD as err:
+            raise CoordinatorFailure(f"the coordinator actor died during {op!r} ({first_line(err)})") from None
+        self.deadlines.measured(op, time.monotonic() - began)
+        return out
 
 
 def _release(coord: Any, pg: Any) -> None:

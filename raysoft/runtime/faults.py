@@ -1,7 +1,8 @@
 """Fault injection for testing recovery, as a wrapper around an executor.
 
 ``faults:`` in the config lists them: ``kill_actor`` kills client actor ``actor`` before the
-first client call of round ``at_round``; ``nan_update`` turns client ``client``'s training
+first client call of round ``at_round`` (``hang_actor`` keeps it busy, alive and silent, for
+``factor`` seconds); ``nan_update`` turns client ``client``'s training
 result of that round into NaN; ``slow_client`` makes that client's work take ``factor`` times
 as long from that round on (applied where the client runs: :func:`slowdown`).
 """
@@ -62,6 +63,10 @@ class FaultInjector:
                 self.fired.add(i)
                 self.on_event("fault_injected", f"kill actor {f.actor}", actor=f.actor)
                 self.inner.kill(f.actor)
+            if f.kind == "hang_actor" and f.at_round == t and i not in self.fired:
+                self.fired.add(i)
+                self.on_event("fault_injected", f"hang actor {f.actor} for {f.factor:g} s", actor=f.actor)
+                self.inner.hang(f.actor, f.factor)
 
     def _poisoned(self, op: str, t: int) -> list[int]:
         return [f.client for f in self.faults if f.kind == "nan_update" and f.at_round == t and op == "train"]
