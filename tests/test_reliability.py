@@ -175,6 +175,60 @@ def test_a_hung_client_actor_is_killed_at_its_deadline_and_the_run_matches_a_cle
     assert r.summary["events"] == {"actor_died": 1, "fault_injected": 1, "restored": 1}
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_chaos_run_of_random_client_actor_kills_matches_a_clean_run(ray_session, tmp_path):
+    """Client actors' processes killed with SIGKILL at random moments (inside a round's
+    training, a sum, an evaluation, a checkpoint or a recovery itself): every kill is survived
+    and the metrics are those of an uninterrupted run, to the bit."""
+    import random
+    import threading
+
+    import psutil
+
+    cfg = _cfg(algorithm={"rounds": 40, "eval_every": 4, "clients_per_round": 12},
+               data={"clients": 20, "samples_min": 100, "samples_max": 150}, train={"local_epochs": 5},
+               output={"checkpoint_every": 1})
+    clean = raysoft.run(cfg, out=tmp_path / "clean")
+    kills: list[str] = []
+    stop = threading.Event()
+
+    def actors(doing: str = "") -> list:
+        return [p for p in psutil.process_iter(["cmdline"])
+                if f"ray::ClientActor{doing}" in " ".join(p.info["cmdline"] or [])]
+
+    def chaos():
+        rng = random.Random(0)
+        while not stop.is_set() and not actors(".start"):  # one kill while the clients are built
+            stop.wait(0.2)
+        if not stop.is_set():
+            rng.choice(actors(".start")).kill()
+            kills.append("start")
+        while not stop.is_set() and not list((tmp_path / "chaos").glob("*/checkpoint.pt")):
+            stop.wait(0.2)
+        while not stop.is_set() and len(kills) < 7:  # then at random moments of the rounds
+            stop.wait(rng.uniform(0.5, 3.0))
+            found = actors()
+            if found and not stop.is_set():
+                victim = rng.choice(found)
+                kills.append(" ".join(victim.info["cmdline"] or []).split(".")[-1].strip())
+                victim.kill()
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    try:
+        hit = raysoft.run({**cfg, "ray": {"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5}},
+                          out=tmp_path / "chaos")
+    finally:
+        stop.set()
+        thread.join()
+    assert kills[0] == "start" and len(kills) >= 4, kills
+    ev = pd.read_parquet(hit.run_dir / "events.parquet")
+    # kills during a recovery are survived by the recovery's next attempt: fewer restores than kills
+    assert (ev.kind == "actor_died").sum() >= 2 and (ev.kind == "restored").sum() >= 1, (kills, hit.summary["events"])
+    _assert_same(hit.run_dir, clean.run_dir)
+
+
 def test_deadlines_derive_from_the_waits_measured():
     from raysoft.backends.deadlines import FIRST_S, FLOOR_S, Deadlines
 

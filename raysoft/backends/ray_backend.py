@@ -241,7 +241,15 @@ class RayExecutor:
             self.actors.append(self._create(block, i))
         self._placed(range(len(self.actors)))
         self.owner = {k: i for i, block in enumerate(self.blocks) for k in block}
-        self.placement = self._gather([a.start.remote() for a in self.actors], "start", list(range(len(self.actors))))
+        for attempt in range(5):  # an actor that dies while the clients are built is replaced
+            try:
+                self.placement = self._gather([a.start.remote() for a in self.actors], "start",
+                                              list(range(len(self.actors))))
+                break
+            except ClientFailure:
+                if attempt == 4:
+                    raise
+                self._replace_dead()
         self.late: list[int] = []  # clients whose updates missed the last call's deadline
         self.costs: Any = None  # per client: its samples (balanced rounds), from set_costs
         self.where: dict[int, int] = {}  # client -> the actor its last keep ran on
@@ -450,6 +458,12 @@ class RayExecutor:
     def recover(self) -> None:
         """Replace dead actors (and those that do not answer a ping within a minute: killed as
         hung) by new ones hosting the same clients (rebuilt from seed and id)."""
+        dead = self._replace_dead()
+        for i, where in zip(dead, self._gather([self.actors[i].start.remote() for i in dead], "start", dead)):
+            self.placement[i] = where
+
+    def _replace_dead(self) -> list[int]:
+        """Replace the dead (or silent: killed) actors by new, placed, not yet started ones."""
         pings = [a.ping.remote() for a in self.actors]
         ready, _ = ray.wait(pings, num_returns=len(pings), timeout=60.0)
         dead = []
@@ -466,8 +480,7 @@ class RayExecutor:
             self.actors[i] = self._create(self.blocks[i], i)
             dead.append(i)
         self._placed(dead)
-        for i, where in zip(dead, self._gather([self.actors[i].start.remote() for i in dead], "start", dead)):
-            self.placement[i] = where
+        return dead
 
 
 @ray.remote(num_cpus=0, concurrency_groups={"control": 1})  # type: ignore[call-overload]  # missing from Ray's stubs
