@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from support.configs import small_config
 from support.images import write_fmnist
 
@@ -59,6 +60,14 @@ def _on_cluster(tmp_path, config, **spec):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _raysoft_actors() -> list:
+    """The processes of raysoft's actors on this machine (Ray titles them ray::<Class>...)."""
+    import psutil
+
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any(f"ray::{c}" in " ".join(p.info["cmdline"] or []) for c in ("ClientActor", "CoordinatorActor"))]
 
 
 def _metrics(run_dir):
@@ -109,14 +118,19 @@ def test_fractional_logical_gpus_admit_100_clients_and_run_on_the_cpu(tmp_path):
     _same(run_dir, raysoft.run(cpu, out=tmp_path / "cpu").run_dir)  # the same numbers: it ran on the CPU
 
 
-def test_a_worker_node_removed_mid_run_is_survived(tmp_path):
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_a_worker_node_removed_mid_run_is_survived(tmp_path, shape):
+    # FedSoft's sums are made in the client actors, actor to actor (chain) or pairwise (tree):
+    # losing a node loses the partial sums on it too
     cfg = small_config(algorithm={"rounds": 8, "eval_every": 2},
-                       ray={"backend": "ray", "clients_per_actor": 4, "num_cpus_per_actor": 1},
+                       ray={"backend": "ray", "clients_per_actor": 4, "num_cpus_per_actor": 1, "sum_shape": shape,
+                            "sum_group": 2},
                        output={"checkpoint_every": 1, "progress": "none"})
     run_dir = _on_cluster(tmp_path, cfg, cpus=2, remove_at=3)
     events = pd.read_parquet(run_dir / "events.parquet")
     assert "actor_died" in set(events.kind) and "restored" in set(events.kind)
-    clean = raysoft.run({**cfg, "ray": {"backend": "inprocess"}, "output": {"progress": "none"}},
+    clean = raysoft.run({**cfg, "ray": {"backend": "inprocess", "sum_shape": shape, "sum_group": 2},
+                         "output": {"progress": "none"}},
                         out=tmp_path / "clean").run_dir
     _same(run_dir, clean)
 
@@ -126,6 +140,7 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
     env = {**os.environ, "RAYSOFT_HEAD_PORT": "6412", "RAYSOFT_RAY_TMP": ray_tmp, "RAYSOFT_AGENT_PORT": "52480",
            "RAYSOFT_DASHBOARD_PORT": "8312", "RAYSOFT_CLIENT_PORT": "6413", "RAY_AUTH_MODE": "token"}
+    plain = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
     script = str(ROOT / "cluster_configs" / "local.sh")
     subprocess.run([script, "start", "1", "1"], env=env, check=True, timeout=180, capture_output=True)
     try:
@@ -151,6 +166,34 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         last = proc.stderr.strip().splitlines()[-1]
         assert proc.returncode == 1 and last.startswith("job raysubmit_") and ": FAILED: " in last, proc.stderr
         assert "exit code 3" in last and last.endswith("its last log line: the last words"), last
+        # `ray job stop` on a checkpointed run: no actor of it is left behind, and it resumes to
+        # the numbers of an uninterrupted run
+        out_stop = tmp_path / "stopped"
+        slow = ["--set", "algorithm.rounds=12", "--set", "data.clients=12", "--set", "algorithm.clients_per_round=6",
+                "--set", "train.local_epochs=100", "--set", "output.checkpoint_every=1",
+                "--set", "ray.clients_per_actor=6", "--set", "ray.num_cpus_per_actor=0.5"]
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://127.0.0.1:8312", "--no-follow",
+             "--", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", *slow, "--out", str(out_stop),
+             "--progress", "none"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        job = proc.stdout.strip().splitlines()[-1]
+        deadline = time.time() + 300
+        while time.time() < deadline and not list(out_stop.glob("*/checkpoint.pt")):
+            time.sleep(0.5)
+        (run_dir,) = [p.parent for p in out_stop.glob("*/checkpoint.pt")]
+        ray_cli = str(ROOT / ".venv" / "bin" / "ray")
+        subprocess.run([ray_cli, "job", "stop", "--address", "http://127.0.0.1:8312", job], env=env, check=True,
+                       timeout=120, capture_output=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and _raysoft_actors():
+            time.sleep(0.5)
+        assert not _raysoft_actors()
+        done = subprocess.run([sys.executable, "-m", "raysoft", "run", "--resume", str(run_dir), "--progress", "none"],
+                              env=plain, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-2000:]
+        cfg_clean = {**yaml.safe_load((run_dir / "config.yaml").read_text()), "ray": {"backend": "inprocess"}}
+        _same(run_dir, raysoft.run(cfg_clean, out=tmp_path / "clean_stop").run_dir)
         # the same through the CLI: an http:// address submits a Ray Job; from an example's folder, with
         # its plug-in (fedprox:FedProx) in the job's working directory, the current one, and the
         # job's own relative output.dir (runs), which lands in that folder (the cluster is on this machine)
@@ -167,7 +210,6 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         # joining the head by its GCS address works without exporting RAY_AUTH_MODE: raysoft
         # finds the token itself, and Ray's token warning is not printed; the plug-in's module is
         # uploaded to the joined cluster's actors
-        plain = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
         out3 = tmp_path / "runs3"
         proc = subprocess.run(
             [sys.executable, "-m", "raysoft", "run", "job.yaml", "--address", "127.0.0.1:6412",
