@@ -226,6 +226,41 @@ def fits(reservation: list[dict[str, float]], cluster: Any) -> str | None:
             "lower trial.actors or ray.num_cpus_per_actor / num_gpus_per_actor")
 
 
+def _pending_watch(deadline_s: float) -> Any:
+    """A Tune stopper that ends the sweep once trials have waited ``deadline_s`` for resources
+    with none running (an autoscaling cluster that does not grow); ``gave_up`` says it did. Its
+    ``callback`` (a Tune callback) watches the trials' states."""
+    import time
+
+    from ray import tune
+
+    class Watch(tune.Stopper):
+        def __init__(self) -> None:
+            self.since: float | None = None  # when the trials started waiting with none running
+            self.gave_up = False
+            watch = self
+
+            class Seen(tune.Callback):
+                def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+                    states = {t.status for t in trials}
+                    if "PENDING" in states and "RUNNING" not in states:
+                        watch.since = watch.since if watch.since is not None else time.monotonic()
+                    else:
+                        watch.since = None
+
+            self.callback = Seen()
+
+        def __call__(self, trial_id: str, result: dict) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            if self.since is not None and time.monotonic() - self.since > deadline_s:
+                self.gave_up = True
+            return self.gave_up
+
+    return Watch()
+
+
 def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
           runs: Path, address: str | None, resuming: bool) -> None:
     """Run the trials on Ray Tune (refusing a reservation the cluster can never hold, before a
@@ -255,6 +290,7 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
             resources=tune.PlacementGroupFactory(reservation),
         )
         storage = str(sweep_dir / "tune")
+        watch = _pending_watch(rc.placement_timeout_s)
         if resuming and tune.Tuner.can_restore(os.path.join(storage, "trials")):
             tuner = tune.Tuner.restore(os.path.join(storage, "trials"), trainable, resume_errored=True)
         else:
@@ -262,9 +298,15 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
                 trainable,
                 param_space={"index": tune.grid_search(list(range(len(cfgs))))},
                 tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent),
-                run_config=tune.RunConfig(name="trials", storage_path=storage, verbose=0),
+                run_config=tune.RunConfig(name="trials", storage_path=storage, verbose=0, stop=watch,
+                                          callbacks=[watch.callback]),
             )
         tuner.fit()
+        if watch.gave_up:
+            need = sum(b.get("CPU", 0.0) for b in reservation)
+            raise RunStopped(f"sweep: no trial could start for {rc.placement_timeout_s:g} s (ray.placement_timeout_s):"
+                             f" {joined_cluster().describe()} has no room for a trial's {need:g} CPUs and did not grow;"
+                             f" `raysoft sweep --resume {sweep_dir}` runs the unfinished trials")
         failed = [i for i in range(len(cfgs)) if not (runs / f"trial-{i:03d}" / "summary.json").is_file()]
         if failed:
             raise RunStopped(f"sweep: trial {failed[0]} did not finish ({len(failed)} of {len(cfgs)}); its error is "

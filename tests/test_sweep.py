@@ -110,3 +110,40 @@ def test_a_sweep_too_big_for_the_local_ray_is_refused_before_it_starts(tmp_path,
     assert main(["sweep", path, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "a trial reserves 4 CPUs" in err[0]
+
+
+GROW_SCRIPT = r"""
+import os, sys
+os.environ["RAY_AUTH_MODE"] = "token"
+import ray
+from ray.cluster_utils import Cluster
+from raysoft.errors import RaysoftError, exit_code
+from raysoft.sweep import sweep
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+try:
+    sweep(sys.argv[1], out=sys.argv[2], address=cluster.address)
+    print("finished")
+except RaysoftError as err:
+    print(exit_code(err), err)
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_trials_waiting_for_a_cluster_that_does_not_grow_give_up_after_the_deadline(tmp_path):
+    # a cluster raysoft did not start may grow (an autoscaler), so a trial it cannot hold yet is
+    # not refused at once: Tune waits for it, at most ray.placement_timeout_s with no trial running
+    # (before: for ever)
+    import subprocess
+    import sys
+
+    path = write_sweep(tmp_path, trial={"actors": 3}, set=["ray.placement_timeout_s=5"])
+    proc = subprocess.run([sys.executable, "-c", GROW_SCRIPT, path, str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("1 sweep: no trial could start for 5 s (ray.placement_timeout_s): the cluster (2 CPUs"), \
+        proc.stdout + proc.stderr[-2000:]
+    assert "has no room for a trial's 4 CPUs and did not grow; `raysoft sweep --resume " in last
