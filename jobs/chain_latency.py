@@ -24,7 +24,7 @@ import time
 import ray
 
 from raysoft.algorithms import WeightedMean
-from raysoft.backends.ray_backend import RayExecutor
+from raysoft.backends.actors import RayExecutor
 from raysoft.bench.workloads import workload_config
 from raysoft.config import parse_config
 from raysoft.data import Federation

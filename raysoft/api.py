@@ -181,9 +181,9 @@ def new_run_id(cfg: Config) -> str:
 def check_resources(cfg: Config) -> None:
     """Refuse (Ray backend) a plan of client actors the cluster can never hold, before anything
     is written: before Ray starts for a local Ray raysoft starts (see
-    :func:`raysoft.backends.ray_backend.preflight`)."""
+    :func:`raysoft.backends.cluster.preflight`)."""
     if cfg.ray.backend == "ray":
-        from .backends.ray_backend import preflight
+        from .backends.cluster import preflight
 
         preflight(cfg)
 

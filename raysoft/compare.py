@@ -127,7 +127,7 @@ def compare(
     started = False
     try:
         if cfg.ray.backend == "ray":
-            from .backends.ray_backend import connect
+            from .backends.session import connect
 
             started = connect(cfg.ray)  # one Ray session for every algorithm
         rows, runs = [], []
@@ -142,7 +142,7 @@ def compare(
         raise
     finally:
         if started:
-            from .backends.ray_backend import shutdown
+            from .backends.session import shutdown
 
             shutdown()
     return final

@@ -267,7 +267,8 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
     local Ray starts); a trial that did not finish stops the sweep, resumable."""
     from ray import tune
 
-    from .backends.ray_backend import connect, joined_cluster, local_cluster, shutdown
+    from .backends.cluster import joined_cluster, local_cluster
+    from .backends.session import connect, shutdown
 
     rc = cfgs[0].ray.model_copy(update={"address": address})
     if not (address or os.environ.get("RAY_ADDRESS")):  # a local Ray: known before it starts

@@ -126,7 +126,7 @@ def test_any_request_on_any_cluster_is_planned_or_refused_in_one_line(request):
 
 # --------------------------------------------------------------------------- before Ray starts
 def test_a_local_rays_resources_are_known_before_it_starts(monkeypatch):
-    from raysoft.backends.ray_backend import local_cluster
+    from raysoft.backends.cluster import local_cluster
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     cluster = local_cluster(RayConfig(num_cpus=3))
@@ -181,10 +181,11 @@ def test_a_plan_the_running_ray_cannot_hold_is_refused_before_anything_is_writte
 def test_a_cluster_that_may_grow_is_waited_for_with_a_deadline(ray_session, tmp_path, monkeypatch):
     # as if an autoscaler could add nodes: the plan waits for its placement group, at most
     # ray.placement_timeout_s, then fails the same way, leaving nothing behind
-    from raysoft.backends import ray_backend
+    from raysoft.backends import cluster, ray_backend
 
-    real = ray_backend.joined_cluster
-    monkeypatch.setattr(ray_backend, "joined_cluster", lambda: Cluster(real().nodes, can_grow=True))
+    real = cluster.joined_cluster
+    for module in (cluster, ray_backend):  # the plan's cluster and the one the refusal describes
+        monkeypatch.setattr(module, "joined_cluster", lambda: Cluster(real().nodes, can_grow=True))
     cfg = small_config(data={"clients": 12}, ray={"backend": "ray", "clients_per_actor": 1,
                                                   "placement_timeout_s": 0.5}, output={"checkpoint_every": 2})
     import ray

@@ -14,7 +14,7 @@ import yaml
 from support.configs import small_config
 
 import raysoft
-from raysoft.backends.ray_backend import plan_actors
+from raysoft.backends.plan import plan_actors
 from raysoft.config import RayConfig
 from raysoft.params import weighted_sum
 

@@ -14,7 +14,7 @@ from raysoft.backends import watchdog
 
 DRIVER = r"""
 import sys, time
-from raysoft.backends.ray_backend import connect, _WATCHDOG
+from raysoft.backends.session import _WATCHDOG, connect
 from raysoft.config import RayConfig
 import ray
 connect(RayConfig(num_cpus=1))

@@ -9,7 +9,7 @@ dashboard, monitors) and of every process descended from them (agents, workers);
 driver is gone it ends those still alive, with SIGTERM and, after a grace period, SIGKILL. The
 list is kept during the run because Ray's own processes die with the driver and orphan their
 children, which then can no longer be found as descendants; a process is recognised by its id
-and start time (psutil's identity check), so a recycled id is never hit. ``ray_backend.connect``
+and start time (psutil's identity check), so a recycled id is never hit. ``session.connect``
 starts it for every local Ray raysoft starts and stops it after a clean ``ray.shutdown``.
 """
 
