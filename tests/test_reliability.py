@@ -50,27 +50,32 @@ def test_checkpoints_write_results_so_far_and_do_not_change_them(tmp_path, clean
     assert ev[ev.kind == "checkpoint"].step.tolist() == [3, 6]
 
 
+def _running_past(tmp_path, cfg, past: int, within_s: float):
+    """``raysoft run`` of ``cfg`` in a subprocess, once it has checkpointed past round ``past``:
+    (the process, still running; its run directory)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "raysoft", "run", str(path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        dirs = list(out.glob("*/checkpoint.pt")) if out.exists() else []
+        if dirs and torch.load(dirs[0], weights_only=False)["round"] >= past:
+            assert proc.poll() is None, "the run finished before it could be killed"
+            return proc, dirs[0].parent
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint past round {past} within {within_s} s")
+
+
 @pytest.mark.slow
 def test_resume_after_kill_minus_9_of_the_driver_equals_an_uninterrupted_run(tmp_path):
     cfg = _cfg(algorithm={"rounds": 30, "eval_every": 5, "clients_per_round": 8},
                data={"clients": 20, "samples_min": 100, "samples_max": 150},
                train={"local_epochs": 10}, output={"checkpoint_every": 2, "progress": "lines"})
     clean = raysoft.run({**cfg, "output": {"progress": "none"}}, out=tmp_path / "clean").run_dir
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "raysoft", "run", str(path), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    run_dir = None
-    while time.time() < deadline:  # wait for a checkpoint past round 6, then kill -9
-        dirs = list(out.glob("*/checkpoint.pt")) if out.exists() else []
-        if dirs and torch.load(dirs[0], weights_only=False)["round"] >= 6:
-            run_dir = dirs[0].parent
-            break
-        time.sleep(0.2)
-    assert run_dir is not None and proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
+    proc, run_dir = _running_past(tmp_path, cfg, 6, within_s=120)
+    os.kill(proc.pid, signal.SIGKILL)  # the driver
     proc.wait()
     # what the killed run left is readable: results up to its last checkpoint, no summary
     partial = pd.read_parquet(run_dir / "metrics.parquet")
@@ -92,20 +97,7 @@ def test_a_killed_coordinator_ends_the_run_in_one_line_and_it_resumes_to_the_sam
                ray={"backend": "ray", "num_cpus": 2, "clients_per_actor": 10, "num_cpus_per_actor": 0.5},
                output={"checkpoint_every": 2, "progress": "none"})
     clean = raysoft.run({**cfg, "ray": {"backend": "inprocess"}}, out=tmp_path / "clean").run_dir
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "raysoft", "run", str(path), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    run_dir = None
-    while time.time() < deadline:  # a checkpoint past round 6, then kill -9 the coordinator actor's process
-        dirs = list(out.glob("*/checkpoint.pt")) if out.exists() else []
-        if dirs and torch.load(dirs[0], weights_only=False)["round"] >= 6:
-            run_dir = dirs[0].parent
-            break
-        time.sleep(0.2)
-    assert run_dir is not None and proc.poll() is None, "the run finished before it could be killed"
+    proc, run_dir = _running_past(tmp_path, cfg, 6, within_s=300)  # then kill -9 the coordinator actor
     coordinators = [p for p in psutil.Process(proc.pid).children(recursive=True)
                     if "CoordinatorActor" in " ".join(p.cmdline())]
     assert len(coordinators) == 1
