@@ -244,6 +244,8 @@ def test_a_dead_executor_is_recovered_from_the_last_checkpoint_or_from_the_start
     advance(coord, 3)
     info = coord.advance()
     back = 2 if checkpoint_every else 0
+    said = info.pop("events")  # what the driver says on stderr, as it happens
+    assert [e["kind"] for e in said] == ["actor_died", "restored"]
     assert info == {"round": back, "headline": None, "done": False}
     assert coord.round == back and len(coord.state["seen"]) == back
     assert coord.started == bool(checkpoint_every)  # from the start: the initial evaluation again
