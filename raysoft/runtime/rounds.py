@@ -162,7 +162,6 @@ class RoundCoordinator(CoordinatorBase):
 
     def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
-        call = self._on_time(call, t)
         results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
         bad = [k for k in sorted(results) if not finite(results[k])]
@@ -175,7 +174,6 @@ class RoundCoordinator(CoordinatorBase):
         per actor travel), else here; the same additions in the same client-id order either way."""
         red = call.reduce
         assert red is not None
-        call = self._on_time(call, t)
         if self.cfg.ray.reduce_in_actors:
             flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
             self._report_late(call.op)
@@ -199,6 +197,7 @@ class RoundCoordinator(CoordinatorBase):
         try:
             call = plugin_call(next, (gen,), where)
             while True:
+                call = self._on_time(call, t)  # once per call, before its work is counted
                 self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))  # the samples it covers
                 result = self._reduced_call(call, t) if call.reduce is not None else self._call(call, t)
                 call = plugin_call(gen.send, (result,), where)
