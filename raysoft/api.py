@@ -93,15 +93,8 @@ def check_data(cfg: Config) -> Config:
     the model does not fit the data; pin the resolved data folder into the config so that
     workers on other nodes do not depend on this environment. Imports neither torch nor
     torchvision (the driver of a Ray run then never does)."""
-    from .datafiles import (
-        IMAGE_DATASETS,
-        DataFileError,
-        MissingDataError,
-        data_kind,
-        default_root,
-        model_misfit,
-        verify_files,
-    )
+    from .catalog import IMAGE_DATASETS, data_kind, model_misfit
+    from .datafiles import DataFileError, MissingDataError, default_root, verify_files
 
     root = None
     if cfg.data.name in IMAGE_DATASETS:

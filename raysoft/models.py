@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .catalog import model_misfit
 from .config import ModelConfig
-from .datafiles import model_misfit
 from .plugins import PluginError, resolve
 
 

@@ -41,7 +41,7 @@ from pydantic import Field, ValidationError
 
 from .api import check_data
 from .backends.plan import slots
-from .config import Config, ConfigError, Section, _format_error, apply_overrides, load_raw, parse_config
+from .config import Config, ConfigError, Section, apply_overrides, format_error, load_raw, parse_config
 from .errors import RunStopped
 from .results import atomic_path
 
@@ -74,7 +74,7 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     try:
         spec = SweepSpec.model_validate(dict(raw))
     except ValidationError as err:
-        raise ConfigError(f"sweep: {_format_error(err)}") from None
+        raise ConfigError(f"sweep: {format_error(err)}") from None
     if not spec.grid or any(not values for values in spec.grid.values()):
         raise ConfigError("sweep: grid must give at least one value for every key")
     if isinstance(spec.config, str):

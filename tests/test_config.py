@@ -7,7 +7,7 @@ import pytest
 import yaml
 from support.configs import small_config
 
-from raysoft.config import ConfigError, load_config, parse_config
+from raysoft.config import ConfigError, apply_overrides, load_config, load_raw, parse_config
 
 
 def test_defaults_resolve_and_round_trip():
@@ -76,11 +76,24 @@ def test_overrides_parse_yaml_values(tmp_path):
 @pytest.mark.parametrize(
     "override,expected",
     [("algorithm.rounds", "expected section.key=value"), ("nosuch.key=1", "nosuch: unknown section"),
-     ("train.lr=[", "cannot parse value"), ("train.lr.x=1", "expected section.key=value")],
+     ("train.lr=[", "cannot parse value"), ("train.lr.x=1", "train.lr: Input should be a valid number"),
+     ("train..lr=1", "expected section.key=value")],
 )
 def test_bad_overrides(override, expected):
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[")):
         load_config(None, [override])
+
+
+def test_overrides_reach_any_depth_and_read_exponents_as_numbers():
+    raw = load_raw(None, ["regimes.fedsoft.train.lr=1e-3", "regimes.fedsoft.train.optimizer=adam", "train.lr=2E-2",
+                          "data.root='1e-3'", "seed=3"])
+    assert raw["regimes"] == {"fedsoft": {"train": {"lr": 0.001, "optimizer": "adam"}}}
+    assert raw["train"]["lr"] == 0.02 and raw["data"]["root"] == "1e-3" and raw["seed"] == 3
+    given = {"train": {"lr": 0.5}}
+    assert load_raw(None, []) == {} and apply_overrides(given, ["train.lr=0.1"])["train"]["lr"] == 0.1
+    assert given == {"train": {"lr": 0.5}}  # the caller's mapping is not changed
+    with pytest.raises(ConfigError, match=r"^seed: must be a mapping to set seed\.x$"):
+        apply_overrides({"seed": 1}, ["seed.x=1"])
 
 
 def test_missing_and_invalid_files(tmp_path):
@@ -159,7 +172,6 @@ JOBS = sorted(__import__("pathlib").Path(__file__).parent.parent.glob("jobs/*.ya
 @pytest.mark.parametrize("path", [p for p in JOBS if p.name != "runtime_env.yaml"], ids=lambda p: p.name)
 def test_every_shipped_job_validates(path):
     from raysoft.compare import DEFAULT_ALGORITHMS, algorithm_configs
-    from raysoft.config import load_raw
 
     if path.name.startswith("compare_"):
         assert len(algorithm_configs(load_raw(path), list(DEFAULT_ALGORITHMS))) == 5

@@ -23,8 +23,8 @@ import threading
 import numpy as np
 import torch
 
+from ..catalog import IMAGE_DATASETS
 from ..config import DataConfig
-from ..datafiles import IMAGE_DATASETS
 from ..models import DataInfo
 from ..rng import numpy_rng
 from .images import (

@@ -39,10 +39,10 @@ from ..datafiles import (  # noqa: F401 - re-exported
     emnist_files,
     find_fmnist,
     idx_layout,
-    one_line,
     require_cifar,
     require_emnist,
 )
+from ..errors import one_line
 
 # torchvision (its import costs every process memory; docs/performance.md) is imported only by
 # the loaders and the rotations that need it, not for Fashion-MNIST rotated by multiples of 90°
@@ -74,8 +74,6 @@ class ImageArrays:
     num_classes: int
 
 
-_one_line = one_line
-
 
 # --------------------------------------------------------------------------- IDX files
 _IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -89,7 +87,7 @@ def _read_bytes(path: str) -> bytes:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as err:
-            raise DataFileError(f"{path}: corrupt gzip file ({_one_line(err)})") from None
+            raise DataFileError(f"{path}: corrupt gzip file ({one_line(err)})") from None
     return data
 
 
@@ -150,7 +148,7 @@ def load_emnist_letters(root: str) -> tuple[ImageArrays, ImageArrays]:
     except (AssertionError, RuntimeError, TypeError, ValueError, KeyError) as err:
         raise DataFileError(
             f"emnist_letters: cannot read the byclass files in {os.path.dirname(files[0])} "
-            f"({type(err).__name__}: {_one_line(err)})"
+            f"({type(err).__name__}: {one_line(err)})"
         ) from None
     out = []
     for labels in (EMNIST_LOWER, EMNIST_UPPER):
@@ -205,7 +203,7 @@ def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageA
             splits.append((x, np.asarray(ds.targets, dtype=np.int64)))
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, RuntimeError) as err:
         raise DataFileError(
-            f"{name}: cannot read the batch files in {folder} ({type(err).__name__}: {_one_line(err)})"
+            f"{name}: cannot read the batch files in {folder} ({type(err).__name__}: {one_line(err)})"
         ) from None
     (train_x, train_y), (test_x, test_y) = splits
     return ImageArrays(train_x, train_y, test_x, test_y, num_classes=num_classes)

@@ -1,0 +1,12 @@
+"""The ``callbacks`` section's entries' base. A callback's own settings subclass it."""
+
+from __future__ import annotations
+
+from .section import Section
+
+
+class CallbackConfig(Section):
+    """One entry of the ``callbacks`` list: a callback's ``name`` (built-in, registered or an
+    import path) and the keys of its own settings."""
+
+    name: str
