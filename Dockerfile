@@ -6,7 +6,7 @@
 #   docker build --build-arg CUDA=cu130 -t YOUR_REGISTRY/raysoft:ray2.60.0-cu130 .  # CUDA torch
 #   docker push YOUR_REGISTRY/raysoft:ray2.60.0-cpu   (and the -cu130 one for GPU workers)
 #
-# Checked here: tests/test_cluster_configs.py checks that the Ray and torch versions below are the
+# Checked here: tests/project/test_cluster_configs.py checks that the Ray and torch versions below are the
 # ones of the .venv raysoft is tested with, and that .dockerignore keeps the build context to the
 # sources. Not checked here: a build or a run (no Docker engine where this was written).
 #

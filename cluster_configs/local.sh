@@ -6,7 +6,7 @@
 #   RAY_ADDRESS=127.0.0.1:6390 raysoft run jobs/fedsoft_synthetic.yaml   (or --address 127.0.0.1:6390)
 #   python jobs/submit.py --address http://127.0.0.1:8265 -- raysoft run jobs/fedsoft_synthetic.yaml
 #
-# Checked here (tests/test_multinode.py, Linux): clusters started with this script run raysoft as a
+# Checked here (tests/e2e/test_multinode.py, Linux): clusters started with this script run raysoft as a
 # driver and as Ray Jobs; `stop` ends every process of its cluster (by the PIDs and the listening
 # ports seen at start) and none of another cluster's; the dashboard listens on 127.0.0.1 only and
 # the Ray Client server not at all. Not checked here: systems other than Linux (the script reads

@@ -1,5 +1,5 @@
 """The digest of a run's results and the pinned digests of every algorithm's small runs, per kind
-of CPU (tests/test_digests.py says how they are pinned)."""
+of CPU (tests/e2e/test_digests.py says how they are pinned)."""
 
 from __future__ import annotations
 

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from support.configs import small_config
 from support.images import write_fmnist
+from support.paths import ROOT
 
 import raysoft
 
 pytestmark = pytest.mark.slow  # every test starts its own multi-node Ray cluster in a subprocess
 
-ROOT = Path(__file__).resolve().parent.parent
 
 CLUSTER_SCRIPT = r"""
 import json, os, sys, threading, time

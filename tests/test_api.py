@@ -307,7 +307,7 @@ def test_a_relative_output_dir_is_refused_inside_a_ray_job(tmp_path, monkeypatch
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
     # submitting with a relative --out to a cluster elsewhere is refused before anything is sent
     # (192.0.2.1 is a documentation address, never contacted); to a cluster on this machine the
-    # path is made absolute here (tests/test_multinode.py submits so)
+    # path is made absolute here (tests/e2e/test_multinode.py submits so)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(small_config()))
     assert main(["run", "c.yaml", "--out", "runs", "--address", "http://192.0.2.1:8265"]) == 2
     from raysoft.api import job_output_dir

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from support.configs import small_config
+from support.paths import JOBS
 
 import raysoft
 from raysoft.algorithms import WeightedMean
@@ -202,11 +203,10 @@ def test_local_training_leaves_the_broadcast_models_unchanged(name):
 
 def test_weights_by_majority_script_groups_clients_by_their_majority_distribution(tmp_path):
     import sys
-    from pathlib import Path
 
     import pandas as pd
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+    sys.path.insert(0, str(JOBS))
     from weights_by_majority import main, table
 
     r = raysoft.run(small_config(algorithm={"name": "fedem", "rounds": 2, "clients_per_round": 4}), out=tmp_path)

@@ -1,5 +1,5 @@
 """The shipped cluster configs: each parses, passes the schema it is written for (the cluster
-launcher's schema of the installed Ray; KubeRay's v1 CRD schemas, kept in tests/data/kuberay),
+launcher's schema of the installed Ray; KubeRay's v1 CRD schemas, kept in tests/support/kuberay),
 pins the Ray raysoft is tested with, and does what it says: rsync filters that leave the .venv
 behind, a cluster token made once (0600) on the head and handed to the workers, GPU drivers on
 GPU nodes, results on a volume that outlives the pods.
@@ -16,12 +16,11 @@ import stat
 import subprocess
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import KUBERAY_CRDS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CC = ROOT / "cluster_configs"
 LAUNCHER = ["aws.yaml", "gcp.yaml"]
 KUBERAY = ["kuberay-raycluster.yaml", "kuberay-rayjob.yaml"]
@@ -30,8 +29,8 @@ TORCH = version("torch").split("+")[0]
 TORCHVISION = version("torchvision").split("+")[0]
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 IMAGE_HOME = "/home/ray/raysoft/"  # the Dockerfile's WORKDIR: the repository's jobs/ are there
-# KubeRay's v1 CRD schemas, extracted and kept in the repository (tests/data/kuberay/README.md)
-CRD_DIR = Path(__file__).resolve().parent / "data" / "kuberay"
+# KubeRay's v1 CRD schemas, extracted and kept in the repository (tests/support/kuberay/README.md)
+CRD_DIR = KUBERAY_CRDS
 
 
 def launcher(name):

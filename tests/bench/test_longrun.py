@@ -8,12 +8,11 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from support.paths import ROOT
 
 from raysoft.bench.floor import floor_of_run
 from raysoft.bench.longrun import growth, tag_rounds
 from raysoft.bench.workloads import workload_config
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def test_samples_are_tagged_with_the_round_reached_and_the_shutdown_with_minus_one():

@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.paths import ROOT
 
 from raysoft.bench import runner, venvs
 from raysoft.bench.workloads import SYSTEMS, workload_config
 from raysoft.cli import main as cli_main
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def fake_venv(path: Path) -> Path:

@@ -16,8 +16,7 @@ import ast
 from pathlib import Path
 
 import pytest
-
-SOURCE = Path(__file__).resolve().parent.parent / "raysoft"
+from support.paths import SOURCE
 
 # What the algorithms may not import: they are whole algorithms, driven by a runtime they do
 # not know (issue "Architecture: one coordinator, whole algorithms, docs in the repository").

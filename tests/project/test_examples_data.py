@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from support.paths import EXAMPLES
 
 import raysoft
 from raysoft import cli
@@ -24,7 +25,6 @@ from raysoft.errors import ConfigError
 from raysoft.models import DataInfo, build_model
 from raysoft.plugins import ship_paths
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NPZ, MLP_DIR, EARLY = EXAMPLES / "npz_clients", EXAMPLES / "mlp_model", EXAMPLES / "early_stop"
 
 # the same module objects the runs resolve `npz_clients:NpzClients`, `mlp:MLP`, `early_stop:EarlyStop` to

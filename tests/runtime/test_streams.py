@@ -10,6 +10,7 @@ import pytest
 import torch
 from support.configs import small_config, stream_config
 from support.images import write_fmnist
+from support.paths import JOBS
 
 import raysoft
 from raysoft.algorithms.stream import kl_divergence
@@ -334,7 +335,7 @@ def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "jobs" / "ccfl_estimate_cap.py"
+    script = JOBS / "ccfl_estimate_cap.py"
     out = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, check=True).stdout
     row = next(line for line in out.splitlines() if line.startswith(f"| {path} |"))
     cells = [c.strip() for c in row.strip("|").split("|")]

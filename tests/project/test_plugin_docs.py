@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 FENCED = re.compile(r"```sh\n(.*?)```", re.S)
 RUNNABLE = ("raysoft ", "python ", "cd ")
 FMNIST = Path("/usr/share/datasets/fashion-mnist")

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from support.paths import EXAMPLES
 
 import raysoft
 from raysoft.algorithms.base import ClientContext, ServerContext
@@ -26,7 +27,6 @@ from raysoft.data import ClientData
 from raysoft.models import DataInfo
 from raysoft.optim import SGD
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FEDPROX, CFL = EXAMPLES / "fedprox", EXAMPLES / "cfl"
 RAYSOFT = str(Path(sys.executable).parent / "raysoft")
 

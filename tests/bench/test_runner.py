@@ -9,13 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from support.images import write_learnable_fmnist
+from support.paths import ROOT
 
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
 from raysoft.bench.workloads import variants
 from raysoft.cli import main as cli_main
 from raysoft.config import ConfigError, parse_config
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

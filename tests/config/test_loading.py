@@ -6,6 +6,7 @@ import sys
 import pytest
 import yaml
 from support.configs import small_config
+from support.paths import JOBS
 
 from raysoft.config import ConfigError, apply_overrides, load_config, load_raw, parse_config
 
@@ -166,7 +167,7 @@ def test_cli_unwritable_output_is_a_config_error(tmp_path):
     assert proc.stderr.strip().startswith("raysoft: error: output.dir: cannot create")
 
 
-JOBS = sorted(__import__("pathlib").Path(__file__).parent.parent.glob("jobs/*.yaml"))
+JOBS = sorted(JOBS.glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", [p for p in JOBS if p.name != "runtime_env.yaml"], ids=lambda p: p.name)

@@ -3,11 +3,9 @@ nothing written."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+from support.paths import JOBS
 
 
 @pytest.mark.parametrize("script, args", [

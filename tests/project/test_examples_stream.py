@@ -16,10 +16,11 @@ import pytest
 import torch
 from support.configs import stream_config
 from support.images import write_fmnist
+from support.paths import EXAMPLES
 
 import raysoft
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fedasync"
+EXAMPLE = EXAMPLES / "fedasync"
 RAYSOFT = str(Path(sys.executable).parent / "raysoft")
 NAME = "fedasync:FedAsync"
 
