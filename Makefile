@@ -1,4 +1,4 @@
-# The two commands of the README. Both set everything up themselves on a fresh machine.
+# The commands of the README. Each sets everything up itself on a fresh machine.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -6,15 +6,22 @@ STAMP  := $(VENV)/.installed
 FMNIST := /usr/share/datasets/fashion-mnist
 CONFIG ?= jobs/fedsoft_synthetic.yaml
 
-.PHONY: run test install data clean
+.PHONY: run test test-all check install data clean
 
 run: install data
 	$(VENV)/bin/raysoft run $(CONFIG)
 
-test: install data
+# lint, types and the tests not marked slow (each under about 3 s here): the everyday loop
+test: check
+	$(PY) -m pytest -q -m "not slow"
+
+# everything: lint, types, then every test, the slow end-to-end ones included (what CI runs)
+test-all: check
+	$(PY) -m pytest -q
+
+check: install data
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
 
 install: $(STAMP)
 

@@ -1,9 +1,9 @@
 """Shared fixtures: one Ray session for the whole test run. The shared helpers (small configs,
 dataset writers, digests, fakes) are in the ``support`` package beside this file.
 
-Quick loop: ``.venv/bin/python -m pytest -m "not slow"`` leaves out the tests marked ``slow``
-(over about 3 s each here: Ray, multi-node, end-to-end runs that must converge, subprocesses)
-and runs the rest in under two minutes on 2 cores. Plain ``pytest`` (``make test``, CI) runs
+``make test`` runs ``pytest -m "not slow"``, which leaves out the tests marked ``slow`` (over
+about 3 s each here: multi-node clusters, end-to-end runs that must converge, subprocesses) and
+runs the rest in about four minutes on 2 cores. ``make test-all`` (CI) runs plain ``pytest``:
 everything; ``-m slow`` runs only the slow ones.
 """
 
