@@ -21,6 +21,7 @@ import pandas as pd
 
 import raysoft
 from raysoft.config import ConfigError
+from raysoft.options import add_overrides
 
 
 def own_accuracy(metrics: pd.DataFrame, step: int) -> float:
@@ -35,7 +36,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, nargs="+", default=[5, 20, 50])
     ap.add_argument("--uploads", type=int, default=0, help="uploads T of each run; 0: the job's")
     ap.add_argument("--out", default="runs/ccfl_pretraining")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     args = ap.parse_args()
     if args.uploads < 0 or min(args.epochs) < 0:
         ap.error("--uploads and --epochs must be >= 0")

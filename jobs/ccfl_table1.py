@@ -21,6 +21,7 @@ from pathlib import Path
 
 from raysoft.compare import algorithm_configs, compare
 from raysoft.config import ConfigError, load_raw
+from raysoft.options import add_overrides
 
 JOBS = Path(__file__).parent
 # as jobs/ccfl_fmnist_k4_small.yaml (which says why): F on the paper's scale, Adam lr 0.001, the
@@ -36,7 +37,7 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=25, help="the paper: 25")
     ap.add_argument("--public", type=int, default=400, help="server images per cluster; the paper: 2000")
     ap.add_argument("--out", default="runs/ccfl_table1")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     args = ap.parse_args()
     over = lambda k: [f"data.clients={args.clients_per_cluster * k}", f"algorithm.cycles={args.cycles}",  # noqa: E731
                       f"algorithm.public_samples={args.public}",

@@ -33,6 +33,7 @@ from ccfl_pretraining import own_accuracy  # this folder is first on sys.path wh
 
 import raysoft
 from raysoft.config import ConfigError
+from raysoft.options import add_overrides
 
 DEFAULT_VARIANTS = [
     "uploads (as written)",
@@ -70,7 +71,7 @@ def staleness(run_dir: Path, alpha0: float) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--job", default=str(Path(__file__).parent / "ccfl_fmnist_k4_small.yaml"))
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     ap.add_argument("--variant", action="append", default=[],
                     help='"LABEL: k=v k=v"; CLIENTS in a value stands for data.clients')
     ap.add_argument("--out", default="runs/ccfl_variants")

@@ -19,8 +19,8 @@ import torch
 
 import raysoft
 from raysoft.backends.host import _tensors
-from raysoft.compare import DEFAULT_ALGORITHMS, algorithm_configs
-from raysoft.config import load_raw
+from raysoft.compare import algorithm_configs
+from raysoft.config import COMPARE_DEFAULT, load_raw
 from raysoft.runtime.checkpoint import load_checkpoint
 
 VARIANTS = {"fedsoft (sgd + momentum)": ("fedsoft", []), "fedsoft (adam)": ("fedsoft", ["train.optimizer=adam"]),
@@ -37,7 +37,7 @@ def main() -> None:
                                      "algorithm.clients_per_round=4", "algorithm.eval_every=1",
                                      "ray.backend=inprocess", "output.progress=none",
                                      "output.checkpoint_every=1", "data.test_samples=10", *extra])
-        cfg = algorithm_configs(raw, list(DEFAULT_ALGORITHMS))[algo]
+        cfg = algorithm_configs(raw, list(COMPARE_DEFAULT))[algo]
         with tempfile.TemporaryDirectory() as tmp:
             run = raysoft.run(cfg, out=tmp)
             states = load_checkpoint(run.run_dir)["clients"]

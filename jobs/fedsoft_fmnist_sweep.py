@@ -24,8 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 import raysoft
-from raysoft.compare import DEFAULT_ALGORITHMS, algorithm_configs
-from raysoft.config import ConfigError, load_raw
+from raysoft.compare import algorithm_configs
+from raysoft.config import COMPARE_DEFAULT, ConfigError, load_raw
+from raysoft.options import add_overrides
 from raysoft.report.analysis import local_means
 from raysoft.report.load import load_run
 
@@ -76,7 +77,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--fedavg", action="store_true")
     ap.add_argument("--out", default="runs/fedsoft_sweep")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     ap.add_argument("--rows", nargs="+", metavar="LABEL=RUN_DIR", default=[],
                     help="print the rows of runs made before, instead of running")
     args = ap.parse_args()
@@ -95,7 +96,7 @@ def main() -> None:
     if args.fedavg:
         runs.insert(0, ("fedavg", "fedavg", []))
     try:  # every run's config checked before the first run starts
-        cfgs = [algorithm_configs(load_raw(JOB, over + budget + args.overrides), list(DEFAULT_ALGORITHMS))[algo]
+        cfgs = [algorithm_configs(load_raw(JOB, over + budget + args.overrides), list(COMPARE_DEFAULT))[algo]
                 for _, algo, over in runs]
     except ConfigError as err:
         ap.error(str(err))

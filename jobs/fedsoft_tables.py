@@ -17,6 +17,7 @@ import numpy as np
 
 import raysoft
 from raysoft.config import ConfigError
+from raysoft.options import add_overrides
 
 JOBS = Path(__file__).parent
 TABLE1 = ["fedsoft_synthetic.yaml", "fedsoft_synthetic_30_70.yaml", "fedsoft_synthetic_linear.yaml",
@@ -38,7 +39,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="runs/tables")
     ap.add_argument("--jobs", nargs="+", default=TABLE1 + TABLE3)
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     args = ap.parse_args()
     try:  # every run's config checked before the first run starts
         cfgs = {(job, seed): raysoft.load_config(JOBS / job, [f"seed={seed}", "output.progress=none", *args.overrides])

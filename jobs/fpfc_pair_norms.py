@@ -22,6 +22,7 @@ from raysoft.algorithms.fpfc import all_pairs, cluster_models, clusters, row_nor
 from raysoft.config import ConfigError
 from raysoft.data import Federation
 from raysoft.models import build_model
+from raysoft.options import add_overrides
 from raysoft.params import set_flat
 
 JOB = Path(__file__).parent / "fpfc_synthetic.yaml"
@@ -43,7 +44,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--nu", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
     ap.add_argument("--out", default="runs/fpfc_pair_norms")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     args = ap.parse_args()
     if args.rounds < 2:
         ap.error(f"--rounds must be at least 2 (the checkpoint is one round before the end), got {args.rounds}")

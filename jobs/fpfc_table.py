@@ -38,6 +38,7 @@ import numpy as np
 
 import raysoft
 from raysoft.config import ConfigError
+from raysoft.options import add_overrides
 
 JOB = Path(__file__).parent / "fpfc_synthetic.yaml"
 M = 100  # devices in the job
@@ -69,7 +70,7 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--rounds", type=int, default=raysoft.load_config(JOB).algorithm.rounds)
     ap.add_argument("--out", default="runs/fpfc_table")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(ap)
     args = ap.parse_args()
     try:  # every run's config checked before the first run starts
         cfgs = {(method, seed): raysoft.load_config(JOB, [*overrides(method, args.rounds), f"seed={seed}",

@@ -19,13 +19,14 @@ from raysoft.api import check_data
 from raysoft.backends import run_backend
 from raysoft.bench.workloads import workload_config
 from raysoft.config import ConfigError, apply_overrides, parse_config
+from raysoft.options import add_overrides
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workload")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    add_overrides(ap)
     args = ap.parse_args()
     try:
         cfg = check_data(parse_config(apply_overrides(workload_config(args.workload, args.rounds), args.overrides)))

@@ -29,6 +29,7 @@ from typing import NoReturn
 
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
 from .errors import RaysoftError, error_line, exit_code
+from .options import add_cluster, add_overrides, add_progress
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,23 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one experiment")
     r.add_argument("config", nargs="?", help="experiment YAML (see jobs/)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue a checkpointed run from its last checkpoint")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config value (repeatable)")
+    add_overrides(r)
     r.add_argument("--out", help="output directory (overrides output.dir)")
-    r.add_argument("--address", help="Ray address to join: host:port (a head's GCS, e.g. 127.0.0.1:6379), auto, "
-                                     "ray://host:10001, or http://host:8265 (the Jobs API: run as a Ray Job)")
-    r.add_argument("--progress", choices=["auto", "bar", "lines", "none"], help="progress display")
-    r.add_argument("--token-file", help="the cluster's authentication token (default: RAY_AUTH_TOKEN, "
-                                        "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
+    add_cluster(r, jobs_api=True)
+    add_progress(r)
     c = sub.add_parser("compare", help="run several algorithms on identical clients and seeds")
     c.add_argument("config", help="experiment YAML (see jobs/compare_fmnist.yaml)")
     c.add_argument("--algorithms", default=",".join(COMPARE_DEFAULT),
                    help="comma-separated algorithm names (default: %(default)s)")
-    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    add_overrides(c)
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")
-    c.add_argument("--address", help="Ray address to join: host:port, auto or ray://host:10001")
-    c.add_argument("--progress", choices=["auto", "bar", "lines", "none"])
-    c.add_argument("--token-file", help="the cluster's authentication token")
+    add_cluster(c)
+    add_progress(c)
     rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
                         description="Figures and Markdown summaries of finished runs.", error_prefix="raysoft report")
     rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
@@ -107,8 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("sweep", nargs="?", metavar="SWEEP", help="sweep YAML (see jobs/sweep_example.yaml)")
     sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue an interrupted sweep")
     sw.add_argument("--out", help="where the sweep directory goes (default: the base config's output.dir)")
-    sw.add_argument("--address", help="Ray address to join: host:port, auto or ray://host:10001")
-    sw.add_argument("--token-file", help="the cluster's authentication token")
+    add_cluster(sw)
     ls = sub.add_parser("list", help="the algorithms, models, datasets and callbacks a config can name, with "
                                      "every setting")
     ls.add_argument("kind", nargs="?", choices=["algorithms", "models", "datasets", "callbacks"],

@@ -28,13 +28,11 @@ from typing import Any
 import pandas as pd
 
 from .api import _prepare_out, check_resources, is_uri, run
-from .config import COMPARE_DEFAULT, Config, ConfigError, parse_config
+from .config import Config, ConfigError, parse_config
 from .plugins import is_stream_algorithm, settings_class, short_name
 from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
 from .report.markdown import comparison_markdown
-
-DEFAULT_ALGORITHMS = COMPARE_DEFAULT
 
 
 def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) -> dict[str, Config]:

@@ -1,4 +1,5 @@
-"""Round progress on stderr: a bar with ETA on a terminal, plain lines otherwise.
+"""Round progress on stderr: a bar with ETA on a terminal (tqdm's, which fits the terminal's
+width and keeps the lines said below it), plain lines otherwise (logs, Ray Jobs).
 
 The ETA is measured from the first report (the initial evaluation, which comes after Ray's and
 the actors' start-up), so start-up time does not inflate it; every line names the algorithm.
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 from typing import Any, TextIO
+
+from tqdm import tqdm
 
 
 def _fmt_time(sec: float) -> str:
@@ -42,13 +45,15 @@ class Progress:
         self.start = time.monotonic()
         self.first: tuple[float, int] | None = None  # (time, round) of the first report
         self.head = ""
-        self.bar_open = False  # the bar is on the current line (a line said now starts a new one)
+        self.bar: tqdm | None = None  # made at the first report, so that its rate leaves out start-up
 
     def say(self, line: str) -> None:
-        """One line of its own (below the bar, which the next report redraws)."""
-        self.stream.write(("\n" if self.bar_open else "") + line + "\n")
-        self.stream.flush()
-        self.bar_open = False
+        """One line of its own (below the bar, which is redrawn under it)."""
+        if self.bar is not None:
+            self.bar.write(line, file=self.stream)
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
 
     def eta(self, r: int) -> float:
         """Seconds left, from the pace since the first report."""
@@ -66,20 +71,22 @@ class Progress:
             return
         for ev in info.get("events") or ():  # what the run survived, one line each, as it happens
             self.say(event_line(self.label, ev))
-        elapsed = time.monotonic() - self.start
         eta = self.eta(r)
         if self.mode == "bar":
-            width = 30
-            filled = int(width * r / max(self.total, 1))
-            bar = f"[{'#' * filled}{'.' * (width - filled)}]"
-            line = f"\r{self.label}{bar} {r}/{self.total} ETA {_fmt_time(eta)}  {self.head}"
-            self.stream.write(line[:200].ljust(80))
-            self.bar_open = r != self.total
-            if r == self.total:
-                self.stream.write("\n")
-            self.stream.flush()
+            self._draw(r)
         elif info.get("headline") is not None:
-            self.stream.write(
-                f"{self.label}round {r}/{self.total}  elapsed {_fmt_time(elapsed)}  ETA {_fmt_time(eta)}  {self.head}\n"
-            )
+            elapsed, left = _fmt_time(time.monotonic() - self.start), _fmt_time(eta)
+            self.stream.write(f"{self.label}round {r}/{self.total}  elapsed {elapsed}  ETA {left}  {self.head}\n")
             self.stream.flush()
+
+    def _draw(self, r: int) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, initial=r, desc=self.label.strip() or None, file=self.stream,
+                            dynamic_ncols=True, leave=True, mininterval=0.0,
+                            bar_format="{desc} {bar} {n_fmt}/{total_fmt} ETA {remaining}{postfix}")
+        self.bar.set_postfix_str(self.head, refresh=False)
+        self.bar.update(r - self.bar.n)
+        self.bar.refresh()
+        if r >= self.total:
+            self.bar.close()
+            self.bar = None

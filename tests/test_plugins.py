@@ -145,6 +145,7 @@ def test_a_plugins_states_are_checkpointed_and_resumed(plugdir, tmp_path):
     pd.testing.assert_frame_equal(values(resumed), values(whole))
 
 
+@pytest.mark.slow
 def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdir, tmp_path):
     write(plugdir, "serverlr_c.py", SERVER_LR)
     (plugdir / "job.yaml").write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_c:ServerLR"})))
@@ -161,6 +162,7 @@ def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdi
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]["server_lr"] == 0.25
 
 
+@pytest.mark.slow
 def test_raysoft_list_shows_a_plugins_settings(plugdir):
     write(plugdir, "serverlr_d.py", SERVER_LR)
     out = subprocess.run([RAYSOFT, "list", "algorithms", "serverlr_d:ServerLR"], capture_output=True, text=True,
@@ -183,6 +185,7 @@ def fake_distribution(site: Path, dist: str, entries: dict[str, dict[str, str]])
     (info / "entry_points.txt").write_text(text)
 
 
+@pytest.mark.slow
 def test_a_registered_plugin_is_listed_and_runs_by_its_name(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -266,6 +269,7 @@ BAD = [  # (modules, sections, what the one line says)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modules,sections,expected", BAD, ids=[b[2][:40] for b in BAD])
 def test_a_bad_plugin_is_one_line_and_exit_2_with_nothing_written(plugdir, tmp_path, modules, sections, expected):
     for name, text in modules.items():

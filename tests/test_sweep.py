@@ -50,6 +50,7 @@ def test_bad_sweeps_are_refused_before_ray_starts(tmp_path, spec, message):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow
 def test_a_run_outside_a_trial_cannot_ask_for_the_trials_bundles(tmp_path):
     cfg = small_config(ray={"backend": "ray", "placement": "trial"})
     with pytest.raises(ConfigError, match="ray.placement: trial"):

@@ -48,6 +48,7 @@ def test_selection_probabilities_zero_column_is_uniform():
     np.testing.assert_allclose(v[1], [0.5, 0.5])
 
 
+@pytest.mark.slow
 def test_select_clients_inclusion_probabilities():
     # K = 2 drawn without replacement with p = (.7, .2, .1, 0): inclusion probabilities by hand
     # client 0: .7 + .2*(.7/.8) + .1*(.7/.9) = .95278; client 1: .2 + .7*(.2/.3) + .1*(.2/.9)

@@ -125,6 +125,7 @@ def _run_cli(tmp_path, *args, env=None):
                           capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["gcs", "RAY_ADDRESS", "ray://", "http://"])
 def test_an_unreachable_cluster_ends_the_run_with_one_line(tmp_path, silent_port, form):
     port = _free_port() if form != "gcs" else silent_port

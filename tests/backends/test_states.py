@@ -79,6 +79,7 @@ def test_resume_and_restart_with_states_on_disk(tmp_path):
     assert digest(resumed) == digest(clean)
 
 
+@pytest.mark.slow
 def test_a_killed_hosts_state_folder_is_removed_by_the_next_store(tmp_path):
     """A host killed with SIGKILL cannot remove its folder: the next store on the node does,
     keeping folders of live processes and of other nodes."""

@@ -148,6 +148,7 @@ def test_a_script_without_json_is_an_error(tmp_path):
         venvs.run_script(Path(sys.executable), script(tmp_path, "pass\n"), [], tmp_path / "r.json")
 
 
+@pytest.mark.slow
 def test_a_script_past_its_timeout_is_stopped_with_its_group(tmp_path):
     marker = tmp_path / "child.pid"
     body = ("import signal, subprocess\n"

@@ -167,15 +167,16 @@ def test_cli_unwritable_output_is_a_config_error(tmp_path):
     assert proc.stderr.strip().startswith("raysoft: error: output.dir: cannot create")
 
 
-JOBS = sorted(JOBS.glob("*.yaml"))
+JOB_FILES = sorted(JOBS.glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", [p for p in JOBS if p.name != "runtime_env.yaml"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in JOB_FILES if p.name != "runtime_env.yaml"], ids=lambda p: p.name)
 def test_every_shipped_job_validates(path):
-    from raysoft.compare import DEFAULT_ALGORITHMS, algorithm_configs
+    from raysoft.compare import algorithm_configs
+    from raysoft.config import COMPARE_DEFAULT
 
     if path.name.startswith("compare_"):
-        assert len(algorithm_configs(load_raw(path), list(DEFAULT_ALGORITHMS))) == 5
+        assert len(algorithm_configs(load_raw(path), list(COMPARE_DEFAULT))) == 5
     elif path.name.startswith("sweep_"):  # a sweep: every trial's config validates
         from raysoft.sweep import load_spec, trial_config, trial_points
 

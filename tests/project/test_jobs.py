@@ -18,6 +18,7 @@ from support.paths import JOBS
     ("fpfc_pair_norms.py", []),
     ("ccfl_variants.py", ["--variant", "x: algorithm.a=0"]),
 ])
+@pytest.mark.slow
 def test_a_bad_override_is_one_line_before_any_run(script, args, tmp_path):
     proc = subprocess.run([sys.executable, str(JOBS / script), *args, "--set", "algorithm.bogus=1"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -27,6 +28,7 @@ def test_a_bad_override_is_one_line_before_any_run(script, args, tmp_path):
     assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_staleness(tmp_path):
     """jobs/ccfl_variants.py on a tiny stream: a = 0 (alpha2 = 1), b = the number of clients, and
     the client-cycle clock at b = 5 give the same run to the last digit (a fresh upload's gap is

@@ -181,6 +181,7 @@ def test_mixture_groups_bin_by_first_share_when_there_are_many_mixtures():
 
 
 # ---------------------------------------------------------------------------- several runs
+@pytest.mark.slow
 def test_comparison_of_several_runs(runs, written, tmp_path):
     order = ["fedsoft", "fedavg", "fpfc", "local"]
     out = tmp_path / "cmp"

@@ -1,0 +1,32 @@
+"""The command-line options that raysoft's commands and the job scripts of ``jobs/`` share, each
+defined once: ``--set`` (config overrides), ``--address`` and ``--token-file`` (joining a cluster)
+and ``--progress``. argparse, the standard library's, builds every command: its usage errors are
+the one-line exit-2 refusals the rest of raysoft gives (docs/architecture.md#libraries)."""
+
+from __future__ import annotations
+
+import argparse
+
+PROGRESS_MODES = ("auto", "bar", "lines", "none")
+
+
+def add_overrides(parser: argparse.ArgumentParser) -> None:
+    """``--set path.to.key=value`` (repeatable) into ``args.overrides``: config overrides, the value
+    read as YAML (:func:`raysoft.config.apply_overrides`)."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value, at any depth (repeatable)")
+
+
+def add_cluster(parser: argparse.ArgumentParser, jobs_api: bool = False) -> None:
+    """``--address`` and ``--token-file``: the Ray cluster a command joins, and its token;
+    ``jobs_api``: the command also takes a Jobs API address (``raysoft run`` submits itself there)."""
+    forms = "host:port (a head's GCS, e.g. 127.0.0.1:6379), auto, " + (
+        "ray://host:10001, or http://host:8265 (the Jobs API: run as a Ray Job)" if jobs_api else "or ray://host:10001")
+    parser.add_argument("--address", help=f"Ray address to join: {forms}")
+    parser.add_argument("--token-file", help="the cluster's authentication token (default: RAY_AUTH_TOKEN, "
+                                             "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
+
+
+def add_progress(parser: argparse.ArgumentParser) -> None:
+    """``--progress``: how a run shows its rounds (overrides output.progress)."""
+    parser.add_argument("--progress", choices=PROGRESS_MODES, help="progress display (overrides output.progress)")
