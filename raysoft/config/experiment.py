@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..plugins import register_bases, settings_class
@@ -114,20 +114,14 @@ class Config(Section):
         raw["algorithm"] = algo.model_copy(update=filled) if isinstance(algo, AlgorithmConfig) else filled
         return raw
 
-    @field_validator("algorithm", mode="before")
-    @classmethod
-    def _dispatch_algorithm(cls, v: Any) -> Any:
-        return _dispatch("algorithms", v, "fedsoft")
+    DISPATCHED: ClassVar[dict[str, tuple[str, str]]] = {  # section -> (plug-in kind, default name)
+        "algorithm": ("algorithms", "fedsoft"), "data": ("datasets", "synthetic"), "model": ("models", "linear")}
 
-    @field_validator("data", mode="before")
+    @field_validator("algorithm", "data", "model", mode="before")
     @classmethod
-    def _dispatch_data(cls, v: Any) -> Any:
-        return _dispatch("datasets", v, "synthetic")
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _dispatch_model(cls, v: Any) -> Any:
-        return _dispatch("models", v, "linear")
+    def _dispatch_section(cls, v: Any, info: ValidationInfo) -> Any:
+        kind, default = cls.DISPATCHED[str(info.field_name)]
+        return _dispatch(kind, v, default)
 
     @field_validator("callbacks", mode="before")
     @classmethod
