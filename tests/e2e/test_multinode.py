@@ -18,6 +18,7 @@ import yaml
 from support.configs import small_config
 from support.images import write_fmnist
 from support.paths import ROOT
+from support.runs import assert_same
 
 import raysoft
 
@@ -75,8 +76,7 @@ def _metrics(run_dir):
 
 
 def _same(a, b):
-    pd.testing.assert_frame_equal(_metrics(a).reset_index(drop=True), _metrics(b).reset_index(drop=True),
-                                  check_exact=True)
+    assert_same(a, b, tables=("metrics",))
 
 
 def test_fedsoft_on_three_nodes_places_actors_everywhere_and_matches_one_node(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from support.configs import small_config
+from support.runs import assert_same as _assert_same
 
 import raysoft
 from raysoft.errors import UpdateError
@@ -25,15 +26,6 @@ def _cfg(**sections):
     return small_config(**base)
 
 
-def _values(run_dir):
-    m = pd.read_parquet(run_dir / "metrics.parquet").drop(columns=["run_id", "time_s"])
-    w = pd.read_parquet(run_dir / "weights.parquet").drop(columns=["run_id"])
-    return m.reset_index(drop=True), w.reset_index(drop=True)
-
-
-def _assert_same(a, b):
-    for x, y in zip(_values(a), _values(b)):
-        pd.testing.assert_frame_equal(x, y, check_exact=True)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 from support.paths import EXAMPLES
+from support.runs import values as _values
 
 import raysoft
 from raysoft import cli
@@ -38,12 +39,6 @@ from npz_clients import NpzClients, NpzSettings  # noqa: E402
 _spec = importlib.util.spec_from_file_location("npz_make_files", NPZ / "make_files.py")
 make_files = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_files)
-
-
-def _values(run_dir: Path, name: str = "metrics") -> pd.DataFrame:
-    """A results table without what differs between equal runs (run id, clock)."""
-    df = pd.read_parquet(Path(run_dir) / f"{name}.parquet")
-    return df.drop(columns=[c for c in ("run_id", "time_s") if c in df.columns]).reset_index(drop=True)
 
 
 # ============================================================================ npz_clients

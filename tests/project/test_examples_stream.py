@@ -17,6 +17,7 @@ import torch
 from support.configs import stream_config
 from support.images import write_fmnist
 from support.paths import EXAMPLES
+from support.runs import values as _values
 
 import raysoft
 
@@ -162,10 +163,6 @@ def test_a_stream_run_in_process_mixes_every_upload_by_its_staleness(fm, tmp_pat
     assert (cluster.groupby(["step", "eval_dist"]).value.nunique() == 1).all()
     per_eval = cluster[cluster.entity == 0].groupby("step").value.mean()
     assert summary["cluster_acc"] == pytest.approx(per_eval.mean())
-
-
-def _values(run) -> pd.DataFrame:
-    return run.metrics.drop(columns=["run_id", "time_s"]).reset_index(drop=True)
 
 
 @pytest.mark.slow

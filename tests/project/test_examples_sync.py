@@ -19,6 +19,8 @@ import pytest
 import torch
 import yaml
 from support.paths import EXAMPLES
+from support.runs import assert_same as _assert_same
+from support.runs import values as _values
 
 import raysoft
 from raysoft.algorithms.base import ClientContext, ServerContext
@@ -50,16 +52,6 @@ def _job(folder: Path, *overrides: str) -> dict:
     """The example's job.yaml with ``overrides`` (section.key=value), as a raw config."""
     return load_raw(folder / "job.yaml", list(overrides))
 
-
-def _values(run_dir: Path, name: str = "metrics") -> pd.DataFrame:
-    """A results table without what differs between equal runs (run id, clock)."""
-    df = pd.read_parquet(run_dir / f"{name}.parquet")
-    return df.drop(columns=[c for c in ("run_id", "time_s") if c in df.columns]).reset_index(drop=True)
-
-
-def _assert_same(a: Path, b: Path, tables=("metrics", "weights")) -> None:
-    for name in tables:
-        pd.testing.assert_frame_equal(_values(a, name), _values(b, name), check_exact=True)
 
 
 # ============================================================================ FedProx by hand

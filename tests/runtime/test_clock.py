@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from support.configs import small_config
+from support.runs import values as _values
 
 import raysoft
 from raysoft.config import ClockConfig, ConfigError, Fault, parse_config
@@ -148,10 +149,6 @@ def test_a_slow_client_fault_is_simulated_time_with_a_clock(tmp_path):
 
 
 JITTERY = {"speeds": "lognormal", "sigma": 0.6, "jitter": 0.4, "round_deadline_s": 1.1}
-
-
-def _values(r):
-    return r.metrics.drop(columns=["run_id", "time_s"]).reset_index(drop=True)
 
 
 def test_a_checkpointed_run_recovers_to_the_same_simulated_times(tmp_path):
