@@ -192,3 +192,21 @@ def test_another_algorithms_key_points_to_raysoft_compare():
         parse_config({"algorithm": {"name": "fedsoft", "init_threshold": 0.35}})
     with pytest.raises(ConfigError, match=r"^algorithm\.no_such_key: unknown key$"):
         parse_config({"algorithm": {"name": "fedsoft", "no_such_key": 1}})
+
+
+@pytest.mark.parametrize("data,expected", [
+    ({"name": "fpfc_synthetic", "rotations": [0, 90]}, "data: rotations is for image datasets, not fpfc_synthetic"),
+    ({"name": "synthetic", "rotations": [0, 90]}, "data: rotations is for image datasets, not synthetic"),
+    ({"name": "emnist_letters", "distributions": 3, "partition": "random"}, "data: emnist_letters has 1, 2 or 4"),
+])
+def test_each_dataset_checks_its_own_rules(data, expected):
+    with pytest.raises(ConfigError, match=f"^{expected}"):
+        parse_config({"data": data, "model": {"name": "logistic"}})
+
+
+def test_each_dataset_has_its_own_defaults_and_null_means_them():
+    fpfc = parse_config({"data": {"name": "fpfc_synthetic", "clients": 8, "dim": None}, "model": {"name": "logistic"},
+                         "algorithm": {"name": "fpfc", "clients_per_round": 4}}).data
+    assert (fpfc.partition, fpfc.dim, fpfc.noise_std) == ("clusters", 60, 0.5)
+    plain = parse_config({"data": {"name": "synthetic", "noise_std": None}}).data
+    assert (plain.partition, plain.dim, plain.noise_std) == ("10:90", 10, 1.0)
