@@ -42,6 +42,7 @@ from ..datafiles import (  # noqa: F401 - re-exported
     require_cifar,
     require_emnist,
 )
+from ..datafiles.formats import check_cifar_md5
 from ..errors import one_line
 
 # torchvision (its import costs every process memory; docs/performance.md) is imported only by
@@ -173,28 +174,19 @@ def _cifar_classes(num_classes: int):
     return official, unchecked
 
 
-def load_cifar(root: str, num_classes: int, *, check_md5: bool = True) -> ImageArrays:
+def load_cifar(root: str, num_classes: int) -> ImageArrays:
     """CIFAR-10 or CIFAR-100 (fine labels) via torchvision: images [n, 3, 32, 32].
 
     torchvision's own classes check the md5 of every batch file on each construction (twice
-    for train + test). Here the md5s of the official files (torchvision's lists) are checked
-    once, file by file, so a mismatch names the file; the data is then read through a
-    subclass whose integrity check only tests existence. ``check_md5=False`` skips the md5
-    check explicitly: for tests that write tiny files in the real format.
+    for train + test). Here the md5s of the official files are checked once, file by file
+    (:func:`raysoft.datafiles.formats.check_cifar_md5`, on whichever node loads them), so a
+    mismatch names the file; the data is then read through a subclass whose integrity check
+    only tests existence.
     """
-    from torchvision.datasets.utils import check_integrity
-
     name = f"cifar{num_classes}"
     folder = require_cifar(root, num_classes)
-    official, unchecked = _cifar_classes(num_classes)
-    entries = official.train_list + official.test_list + [[official.meta["filename"], official.meta["md5"]]]
-    if check_md5:
-        bad = [f for f, md5 in entries if not check_integrity(os.path.join(folder, f), md5)]
-        if bad:
-            raise DataFileError(
-                f"{name}: md5 mismatch for {', '.join(bad)} in {folder} "
-                "(not the official python-version files)"
-            )
+    _, unchecked = _cifar_classes(num_classes)
+    check_cifar_md5(folder, num_classes)
     splits = []
     try:
         for train in (True, False):

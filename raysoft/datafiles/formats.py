@@ -184,6 +184,12 @@ def _check_cifar(root: str, num_classes: int) -> None:
         if not isinstance(labels, list) or len(labels) != data.shape[0]:
             raise DataFileError(f"{path}: expected {data.shape[0]} {labels_key!r}, got "
                                 f"{len(labels) if isinstance(labels, list) else type(labels).__name__}")
+    check_cifar_md5(folder, num_classes)
+
+
+def check_cifar_md5(folder: str, num_classes: int) -> None:
+    """Raise :class:`DataFileError` naming every file of CIFAR's ``folder`` whose md5 is not the
+    official file's (:data:`CIFAR_MD5`)."""
     bad = []
     for name in CIFAR_FILES[num_classes]:
         h = hashlib.md5()

@@ -21,6 +21,7 @@ import torch
 from support.images import (
     N_TEST,
     N_TRAIN,
+    as_official_cifar,
     idx_bytes,
     write_cifar10,
     write_cifar100,
@@ -171,9 +172,10 @@ def test_cifar_pickles_have_the_real_keys(tmp_path):
     assert entry[b"data"].shape == (4, 3072) and entry[b"data"].dtype == np.uint8
 
 
-def test_load_cifar10(tmp_path):
+def test_load_cifar10(tmp_path, monkeypatch):
     train_x, train_y, test_x, test_y = write_cifar10(tmp_path)
-    data = load_cifar(str(tmp_path), 10, check_md5=False)
+    as_official_cifar(monkeypatch, tmp_path, 10)
+    data = load_cifar(str(tmp_path), 10)
     assert data.num_classes == 10
     assert data.train_x.shape == (20, 3, 32, 32) and data.train_x.dtype == np.uint8
     assert data.test_x.shape == (4, 3, 32, 32)
@@ -184,9 +186,10 @@ def test_load_cifar10(tmp_path):
     assert data.train_y.dtype == np.int64
 
 
-def test_load_cifar100_fine_labels(tmp_path):
+def test_load_cifar100_fine_labels(tmp_path, monkeypatch):
     written = write_cifar100(tmp_path)
-    data = load_cifar(str(tmp_path), 100, check_md5=False)
+    as_official_cifar(monkeypatch, tmp_path, 100)
+    data = load_cifar(str(tmp_path), 100)
     assert data.num_classes == 100
     assert data.train_x.shape == (10, 3, 32, 32) and data.test_x.shape == (6, 3, 32, 32)
     np.testing.assert_array_equal(data.train_x, written["train"][0].reshape(-1, 3, 32, 32))
