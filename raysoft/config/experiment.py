@@ -23,17 +23,13 @@ from .output import OutputConfig
 from .section import AT_NAME, Section, at, format_error
 from .train import TrainConfig
 
-
-def _default_algorithm() -> AlgorithmConfig:
-    return cast(AlgorithmConfig, settings_class("algorithms", "fedsoft").model_validate({"name": "fedsoft"}))
-
-
-def _default_data() -> DataConfig:
-    return cast(DataConfig, settings_class("datasets", "synthetic").model_validate({"name": "synthetic"}))
+DISPATCHED = {"algorithm": ("algorithms", "fedsoft"), "data": ("datasets", "synthetic"), "model": ("models", "linear")}
+"""section -> (the kind of plug-in its name names, the name when none is given)."""
 
 
-def _default_model() -> ModelConfig:
-    return cast(ModelConfig, settings_class("models", "linear").model_validate({"name": "linear"}))
+def _default(section: str) -> Any:
+    kind, name = DISPATCHED[section]
+    return settings_class(kind, name).model_validate({"name": name})
 
 
 def _dispatch(kind: str, v: Any, default: str | None) -> Any:
@@ -61,9 +57,9 @@ class Config(Section):
                                            "callbacks", "clock")
 
     seed: int = 0
-    algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
-    data: DataConfig = Field(default_factory=_default_data)
-    model: ModelConfig = Field(default_factory=_default_model)
+    algorithm: AlgorithmConfig = Field(default_factory=lambda: _default("algorithm"))
+    data: DataConfig = Field(default_factory=lambda: _default("data"))
+    model: ModelConfig = Field(default_factory=lambda: _default("model"))
     train: TrainConfig = Field(default_factory=TrainConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
@@ -114,13 +110,10 @@ class Config(Section):
         raw["algorithm"] = algo.model_copy(update=filled) if isinstance(algo, AlgorithmConfig) else filled
         return raw
 
-    DISPATCHED: ClassVar[dict[str, tuple[str, str]]] = {  # section -> (plug-in kind, default name)
-        "algorithm": ("algorithms", "fedsoft"), "data": ("datasets", "synthetic"), "model": ("models", "linear")}
-
     @field_validator("algorithm", "data", "model", mode="before")
     @classmethod
     def _dispatch_section(cls, v: Any, info: ValidationInfo) -> Any:
-        kind, default = cls.DISPATCHED[str(info.field_name)]
+        kind, default = DISPATCHED[str(info.field_name)]
         return _dispatch(kind, v, default)
 
     @field_validator("callbacks", mode="before")
