@@ -85,7 +85,7 @@ class Config(Section):
             kind: type[AlgorithmConfig] | None = type(algo)
         elif isinstance(algo, Mapping):
             given = dict(algo)
-            name = given.get("name", "fedsoft")
+            name = given.get("name", DISPATCHED["algorithm"][1])
             try:
                 found = settings_class("algorithms", name) if isinstance(name, str) else None
                 kind = cast(type[AlgorithmConfig], found)

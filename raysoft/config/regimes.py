@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import settings_class
+from .experiment import DISPATCHED
 from .section import Section
 
 REGIME_SECTIONS = ("algorithm", "train", "model")
@@ -42,7 +43,7 @@ def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:
     algo = out.get("algorithm", {})
     name = (
         getattr(algo, "name", None) if isinstance(algo, Section)
-        else algo.get("name", "fedsoft") if isinstance(algo, Mapping) else None
+        else algo.get("name", DISPATCHED["algorithm"][1]) if isinstance(algo, Mapping) else None
     )
     for section, keys in (regimes.get(name) or {}).items():
         current = out.get(section, {})
