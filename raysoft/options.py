@@ -6,8 +6,11 @@ the one-line exit-2 refusals the rest of raysoft gives (docs/architecture.md#lib
 from __future__ import annotations
 
 import argparse
+from typing import get_args
 
-PROGRESS_MODES = ("auto", "bar", "lines", "none")
+from .config import OutputConfig
+
+PROGRESS_MODES = get_args(OutputConfig.model_fields["progress"].annotation)  # output.progress's values
 
 
 def add_overrides(parser: argparse.ArgumentParser) -> None:

@@ -71,10 +71,11 @@ class Progress:
             return
         for ev in info.get("events") or ():  # what the run survived, one line each, as it happens
             self.say(event_line(self.label, ev))
-        eta = self.eta(r)
         if self.mode == "bar":
             self._draw(r)
-        elif info.get("headline") is not None:
+            return
+        eta = self.eta(r)  # from the first report, with or without a headline
+        if info.get("headline") is not None:
             elapsed, left = _fmt_time(time.monotonic() - self.start), _fmt_time(eta)
             self.stream.write(f"{self.label}round {r}/{self.total}  elapsed {elapsed}  ETA {left}  {self.head}\n")
             self.stream.flush()

@@ -34,6 +34,7 @@ from ..datafiles import (  # noqa: F401 - re-exported
     ROOT_HINT,
     DataFileError,
     MissingDataError,
+    check_cifar_md5,
     check_files,
     default_root,
     emnist_files,
@@ -42,7 +43,6 @@ from ..datafiles import (  # noqa: F401 - re-exported
     require_cifar,
     require_emnist,
 )
-from ..datafiles.formats import check_cifar_md5
 from ..errors import one_line
 
 # torchvision (its import costs every process memory; docs/performance.md) is imported only by

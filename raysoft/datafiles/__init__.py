@@ -7,7 +7,7 @@ datasets and models exist, and which fit which, in :mod:`raysoft.catalog`.
 """
 
 from ..errors import DataFileError, MissingDataError
-from .formats import CIFAR_MD5, IDX_ITEMSIZE, idx_layout, verify_files
+from .formats import CIFAR_MD5, IDX_ITEMSIZE, check_cifar_md5, idx_layout, verify_files
 from .locations import (
     CIFAR_FILES,
     CIFAR_FOLDERS,
@@ -24,6 +24,7 @@ from .locations import (
 
 __all__ = [
     "CIFAR_FILES", "CIFAR_FOLDERS", "CIFAR_MD5", "FMNIST_DEBIAN_ROOT", "FMNIST_FILES", "IDX_ITEMSIZE", "ROOT_HINT",
-    "DataFileError", "MissingDataError", "check_files", "default_root", "emnist_files", "find_fmnist", "idx_layout",
+    "DataFileError", "MissingDataError", "check_cifar_md5", "check_files", "default_root", "emnist_files",
+    "find_fmnist", "idx_layout",
     "require_cifar", "require_emnist", "verify_files",
 ]
