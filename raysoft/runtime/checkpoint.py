@@ -27,10 +27,12 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(run_dir: Path, blob: dict[str, Any], recorder: Recorder) -> None:
-    """Write a checkpoint atomically (temporary file, then rename), then the results so far."""
+    """Write the results so far, then the checkpoint atomically (temporary file, then rename):
+    whenever a checkpoint of round r is on disk, the tables beside it hold at least round r's
+    rows, even if the process is killed between the two writes."""
+    write_tables(run_dir, recorder.tables())
     with atomic_path(run_dir / CHECKPOINT) as tmp:
         torch.save(blob, tmp)
-    write_tables(run_dir, recorder.tables())
 
 
 def checkpoint_types() -> list[Any]:

@@ -42,6 +42,24 @@ def test_checkpoints_write_results_so_far_and_do_not_change_them(tmp_path, clean
     assert ev[ev.kind == "checkpoint"].step.tolist() == [3, 6]
 
 
+def test_a_checkpoint_on_disk_always_has_its_rounds_rows_beside_it(tmp_path, monkeypatch):
+    """The tables are written before the checkpoint: a process that dies between the two writes
+    (here: the checkpoint's write fails) leaves tables at least as far as the checkpoint."""
+    import raysoft.runtime.checkpoint as checkpoint
+
+    saved = []
+
+    def save_then_fail(blob, path):
+        metrics = pd.read_parquet(path.parent / "metrics.parquet")
+        saved.append((blob["round"], int(metrics.step.max())))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", save_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        raysoft.run(_cfg(output={"checkpoint_every": 4}), out=tmp_path)
+    assert saved == [(4, 4)]  # round 4's evaluation is in the tables when its checkpoint is written
+
+
 def _running_past(tmp_path, cfg, past: int, within_s: float):
     """``raysoft run`` of ``cfg`` in a subprocess, once it has checkpointed past round ``past``:
     (the process, still running; its run directory)."""
