@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -211,43 +212,50 @@ def batched_proximal_train(
     client's gradient, as in :func:`~raysoft.training.proximal_train`. The clients are trained
     in lockstep within each of :func:`buckets` of their padded epoch lengths.
     """
+    clients = _Clients(start, opts, xs, ys, rngs, pull_scale, pull_target)
     groups = buckets([padded_epoch(int(y.shape[0]), cfg.batch_size) for y in ys], cfg.batch_size, start.shape[1])
     if len(groups) == 1:
-        return _lockstep_train(model, start, opts, xs, ys, task, cfg, rngs, pull_scale, pull_target)
+        return _lockstep_train(model, clients, task, cfg)
     w = torch.empty_like(start)
     for g in groups:
-        rows = torch.tensor(g)
-        w[rows] = _lockstep_train(
-            model, start[rows], [opts[i] for i in g], [xs[i] for i in g], [ys[i] for i in g], task, cfg,
-            [rngs[i] for i in g], None if pull_scale is None else pull_scale[rows],
-            None if pull_target is None else pull_target[rows],
-        )
+        w[torch.tensor(g)] = _lockstep_train(model, clients.take(g), task, cfg)
     return w
 
 
-def _lockstep_train(
-    model: nn.Module,
-    start: torch.Tensor,
-    opts: Sequence[Adam | SGD],
-    xs: Sequence[torch.Tensor],
-    ys: Sequence[torch.Tensor],
-    task: str,
-    cfg: TrainConfig,
-    rngs: Sequence[np.random.Generator | None],
-    pull_scale: torch.Tensor | None,
-    pull_target: torch.Tensor | None,
-) -> torch.Tensor:
+@dataclass(frozen=True)
+class _Clients:
+    """The inputs of a lockstep call, one row (or list entry) a client."""
+
+    start: torch.Tensor
+    opts: Sequence[Adam | SGD]
+    xs: Sequence[torch.Tensor]
+    ys: Sequence[torch.Tensor]
+    rngs: Sequence[np.random.Generator | None]
+    pull_scale: torch.Tensor | None
+    pull_target: torch.Tensor | None
+
+    def take(self, rows: Sequence[int]) -> _Clients:
+        """These clients' rows, in the order given."""
+        r = torch.tensor(list(rows))
+        return _Clients(
+            self.start[r], [self.opts[i] for i in rows], [self.xs[i] for i in rows], [self.ys[i] for i in rows],
+            [self.rngs[i] for i in rows], None if self.pull_scale is None else self.pull_scale[r],
+            None if self.pull_target is None else self.pull_target[r],
+        )
+
+
+def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainConfig) -> torch.Tensor:
     """:func:`batched_proximal_train` of one bucket: the clients in lockstep, a step computing those
     still in their epoch."""
-    num, d = start.shape
+    num, d = clients.start.shape
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
     sizes = [math.prod(s) for s in shapes]
     if d != sum(sizes):
         raise ValueError(f"batched_proximal_train: start has {d} parameters, the model {sum(sizes)}")
     buffers = {n: b for n, b in model.named_buffers()}
-    adam = isinstance(opts[0], Adam)
-    o0: Any = opts[0]  # Adam or SGD (``adam`` says which), every client's alike
+    adam = isinstance(clients.opts[0], Adam)
+    o0: Any = clients.opts[0]  # Adam or SGD (``adam`` says which), every client's alike
 
     def forward(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
         params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
@@ -267,22 +275,15 @@ def _lockstep_train(
     # rows ordered by epoch length, longest first (ties by position): the clients that step at
     # step j (whose epoch has more than j batches) are then a prefix of the rows, computed as a
     # view, and a client whose epoch has ended costs nothing (no padding beyond its last batch)
-    ns0 = [int(y.shape[0]) for y in ys]
+    ns0 = [int(y.shape[0]) for y in clients.ys]
     batch = cfg.batch_size or max(ns0)
     spe = [-(-n // batch) for n in ns0]  # each client's steps per epoch
     perm = sorted(range(num), key=lambda c: (-spe[c], c))
     reordered = perm != list(range(num))
     if reordered:
-        rows = torch.tensor(perm)
-        start = start[rows]
-        opts, xs, ys, rngs = (
-            [opts[c] for c in perm],
-            [xs[c] for c in perm],
-            [ys[c] for c in perm],
-            [rngs[c] for c in perm],
-        )
-        pull_scale = None if pull_scale is None else pull_scale[rows]
-        pull_target = None if pull_target is None else pull_target[rows]
+        clients = clients.take(perm)
+    start, opts, xs, ys, rngs = clients.start, clients.opts, clients.xs, clients.ys, clients.rngs
+    pull_scale, pull_target = clients.pull_scale, clients.pull_target
     ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
     steps_per_epoch = spe[0]
     active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j

@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import first_line
 from ..results import atomic_path
-from .runner import DEFAULT_TIMEOUT_S, _measure, check_timeout
+from .runner import DEFAULT_TIMEOUT_S, _measure, check_request, command
 from .workloads import workload_config
 
 LONG_ROUNDS = {"W1": 1000, "W2": 100, "W3": 25, "W4": 20}  # W3: 25 rounds of 80 uploads = 2,000
@@ -131,21 +130,10 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
          timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """``raysoft bench --long-run``: prints the growth table, then (last line) the directory
     holding memory.parquet. Bad input: one line, exit 2; a run that fails: one line, exit 1."""
-    from ..config import ConfigError
 
-    try:
-        check_timeout(timeout)
-        for w in workloads:
-            workload_config(w, 2)
-        if rounds is not None and rounds < 20:
-            raise ConfigError("--rounds: a long run needs at least 20 rounds (its warm-up is the first 10%)")
-        table = long_run(workloads, rounds, Path(out), quick, timeout)
-    except ConfigError as err:
-        print(f"raysoft bench: {err}", file=sys.stderr)
-        return 2
-    except (RuntimeError, ValueError) as err:
-        print(f"raysoft bench: {first_line(err)}", file=sys.stderr)
-        return 1
-    print(markdown(table), end="")
-    print(Path(out).resolve())
-    return 0
+    def measure() -> Any:
+        why = "a long run needs at least 20 rounds (its warm-up is the first 10%)"
+        check_request(workloads, rounds, timeout, 20, why)
+        return long_run(workloads, rounds, Path(out), quick, timeout)
+
+    return command(measure, markdown, out, (RuntimeError, ValueError))

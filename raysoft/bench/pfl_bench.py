@@ -368,36 +368,46 @@ def _base_result(algorithm: str, laps: list[float], clients_per_round: list[int]
 # W2: FedAvg, the CNN
 
 
-class CNN(nn.Module):
-    """conv5x5(c1)-ReLU-maxpool2, conv5x5(c2)-ReLU-maxpool2, Linear(c2*7*7, hidden)-ReLU,
-    Linear(hidden, classes), for 1x28x28 inputs (raysoft's ``cnn``); with the ``loss`` and
-    ``metrics`` pfl's PyTorchModel calls."""
+class PflModule(nn.Module):
+    """A torch network with the ``loss`` and ``metrics`` pfl's PyTorchModel calls: cross-entropy
+    (and accuracy) for a classifier, mean squared error for a regression."""
 
-    def __init__(self, channels: tuple[int, ...], hidden: int, classes: int) -> None:
+    def __init__(self, net: nn.Module, classify: bool) -> None:
         super().__init__()
-        c1, c2 = int(channels[0]), int(channels[1])
-        self.net = nn.Sequential(
-            nn.Conv2d(1, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(c2 * 7 * 7, hidden), nn.ReLU(),
-            nn.Linear(hidden, classes),
-        )
+        self.net, self.classify = net, classify
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def _loss(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        return (F.cross_entropy if self.classify else F.mse_loss)(out, y, reduction=reduction)
+
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.train()
-        return F.cross_entropy(self(x), y)
+        return self._loss(self(x), y)
 
     @torch.no_grad()
     def metrics(self, x: torch.Tensor, y: torch.Tensor) -> dict:
         self.eval()
         out = self(x)
         n = len(y)
-        return {"loss": Weighted(float(F.cross_entropy(out, y, reduction="sum")), n),
-                "accuracy": Weighted(float((out.argmax(1) == y).sum()), n)}
+        found = {"loss": Weighted(float(self._loss(out, y, reduction="sum")), n)}
+        if self.classify:
+            found["accuracy"] = Weighted(float((out.argmax(1) == y).sum()), n)
+        return found
+
+
+def cnn(channels: tuple[int, ...], hidden: int, classes: int) -> PflModule:
+    """conv5x5(c1)-ReLU-maxpool2, conv5x5(c2)-ReLU-maxpool2, Linear(c2*7*7, hidden)-ReLU,
+    Linear(hidden, classes), for 1x28x28 inputs (raysoft's ``cnn``)."""
+    c1, c2 = int(channels[0]), int(channels[1])
+    return PflModule(nn.Sequential(
+        nn.Conv2d(1, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(c2 * 7 * 7, hidden), nn.ReLU(),
+        nn.Linear(hidden, classes),
+    ), classify=True)
 
 
 class FedAvgNoUserEval(FederatedAveraging):
@@ -431,7 +441,7 @@ def run_fedavg(data, out: Path) -> dict:
     y_test = torch.from_numpy(np.asarray(data["y_test"], dtype=np.int64).ravel())
     x_test = torch.from_numpy(np.asarray(data["x_test"], dtype=np.float32).reshape(len(y_test), 1, 28, 28))
     channels = tuple(int(c) for c in np.asarray(data["channels"]).ravel())
-    module = CNN(channels, int(_scalar(data, "hidden")), int(_scalar(data, "classes")))
+    module = cnn(channels, int(_scalar(data, "hidden")), int(_scalar(data, "classes")))
     params = list(module.parameters())
     with torch.no_grad():
         for i, p in enumerate(params):
@@ -480,22 +490,9 @@ def run_fedavg(data, out: Path) -> dict:
 # W1: FedSoft, linear regression
 
 
-class LinearRegression(nn.Module):
-    """y = <x, w>: Linear(d -> 1) without bias (raysoft's ``linear``), with pfl's ``loss``."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(dim, 1, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x).squeeze(-1)
-
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.mse_loss(self(x), y)
-
-    @torch.no_grad()
-    def metrics(self, x: torch.Tensor, y: torch.Tensor) -> dict:
-        return {"mse": Weighted(float(((self(x) - y) ** 2).sum()), len(y))}
+def linear_regression(dim: int) -> PflModule:
+    """y = <x, w>: Linear(d -> 1) without bias (raysoft's ``linear``)."""
+    return PflModule(nn.Sequential(nn.Linear(dim, 1, bias=False), nn.Flatten(0)), classify=False)
 
 
 class CohortSampler:
@@ -675,7 +672,7 @@ def load_fedsoft(data) -> dict:
 
 def run_fedsoft(data, out: Path, state_dir: Path) -> dict:
     spec = load_fedsoft(data)
-    module = LinearRegression(spec["dim"])
+    module = linear_regression(spec["dim"])
     model = PyTorchModel(module, local_optimizer_create=torch.optim.Adam,
                          central_optimizer=torch.optim.SGD(module.parameters(), lr=1.0))
     sampler = CohortSampler()

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,29 +200,46 @@ def markdown(table: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
-         clients: int | None = None, pfl: str = ".venv-pfl", timeout: float = DEFAULT_TIMEOUT_S) -> int:
-    """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
-    line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
-    that fails or outlasts ``timeout`` seconds (each measurement): one line, exit 1."""
+def check_request(workloads: list[str], rounds: int | None, timeout: float, min_rounds: int, why: str) -> None:
+    """Refuse (:class:`~raysoft.config.ConfigError`) a bench request that cannot run: a timeout
+    not above 0, an unknown workload, or fewer than ``min_rounds`` rounds (``why`` says why)."""
+    check_timeout(timeout)
+    for w in workloads:
+        workload_config(w, 2)
+    if rounds is not None and rounds < min_rounds:
+        raise ConfigError(f"--rounds: {why}")
+
+
+def command(measure: Callable[[], Any], markdown: Callable[[Any], str], out: str | Path,
+            failures: tuple[type[Exception], ...] = (RuntimeError,)) -> int:
+    """Run one bench command's ``measure``: print its table, then (last line) the directory
+    holding its files, and return 0. Bad input: one line on stderr, exit 2; a failure of the
+    kinds ``failures``: one line, exit 1."""
     try:
-        check_timeout(timeout)
-        for w in workloads:
-            workload_config(w, 2)
-        if rounds is not None and rounds < 2:
-            raise ConfigError("--rounds: needs at least 2 (the first is the warm-up)")
-        if clients is not None:
-            if "W4" not in workloads:
-                raise ConfigError("--clients: sets W4's population; add W4 to --workload")
-            workload_config(f"W4@{clients}", 2)
-        table = bench(workloads, rounds, Path(out), quick, flower, timeout=timeout, clients=clients, pfl=pfl)
+        table = measure()
     except ConfigError as err:
         print(f"raysoft bench: {err}", file=sys.stderr)
         return 2
-    except RuntimeError as err:
+    except failures as err:
         print(f"raysoft bench: {first_line(err)}", file=sys.stderr)
         return 1
     print(markdown(table), end="")
     print(Path(out).resolve())
     return 0
 
+
+def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
+         clients: int | None = None, pfl: str = ".venv-pfl", timeout: float = DEFAULT_TIMEOUT_S) -> int:
+    """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
+    line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
+    that fails or outlasts ``timeout`` seconds (each measurement): one line, exit 1."""
+
+    def measure() -> Any:
+        check_request(workloads, rounds, timeout, 2, "needs at least 2 (the first is the warm-up)")
+        if clients is not None:
+            if "W4" not in workloads:
+                raise ConfigError("--clients: sets W4's population; add W4 to --workload")
+            workload_config(f"W4@{clients}", 2)
+        return bench(workloads, rounds, Path(out), quick, flower, timeout=timeout, clients=clients, pfl=pfl)
+
+    return command(measure, markdown, out)

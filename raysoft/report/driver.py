@@ -12,18 +12,7 @@ import pandas as pd
 
 from ..errors import exit_code
 from ..results import atomic_path
-from .figures import (
-    COMPARISON_FILES,
-    FIGURE_FILES,
-    plot_center_metric,
-    plot_clusters,
-    plot_comparison,
-    plot_final_weights,
-    plot_kl_comparison,
-    plot_stream_accuracy,
-    plot_weights_by_group,
-    save_figure,
-)
+from . import figures as fg
 from .load import REQUIRED, ReportError, RunData, load_run
 from .markdown import comparison_markdown, run_markdown
 
@@ -40,11 +29,11 @@ def report_run(run: RunData) -> list[Path]:
     figures: dict[str, Path | None] = {}
     skipped: dict[str, str] = {}
     plots = {
-        "center_metric": plot_center_metric,
-        "weights_by_group": plot_weights_by_group,
-        "final_weights": plot_final_weights,
-        "clusters": plot_clusters,
-        "ccfl_accuracy": plot_stream_accuracy,
+        "center_metric": fg.plot_center_metric,
+        "weights_by_group": fg.plot_weights_by_group,
+        "final_weights": fg.plot_final_weights,
+        "clusters": fg.plot_clusters,
+        "ccfl_accuracy": fg.plot_stream_accuracy,
     }
     for name, plot in plots.items():
         fig = plot(run)
@@ -58,7 +47,7 @@ def report_run(run: RunData) -> list[Path]:
                 skipped[name] = ("the clients' true mixtures drift from cycle to cycle, so no client has one true "
                                  "mixture to group by (final_weights.png and the KL show the estimates)")
             continue
-        figures[name] = saved = save_figure(fig, run.path / FIGURE_FILES[name])
+        figures[name] = saved = fg.save_figure(fig, run.path / fg.FIGURE_FILES[name])
         written.append(saved)
     written.append(_write_text(run.path / "report.md", run_markdown(run, figures, skipped)))
     return written
@@ -127,14 +116,14 @@ def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> lis
     for run in runs:
         written += report_run(run)
     if len(runs) > 1:
-        fig = plot_comparison(runs)
-        figure = save_figure(fig, out_dir / COMPARISON_FILES["center_metric"]) if fig is not None else None
+        fig = fg.plot_comparison(runs)
+        figure = fg.save_figure(fig, out_dir / fg.COMPARISON_FILES["center_metric"]) if fig is not None else None
         if figure is not None:
             written.append(figure)
         kl_figure = None
         if sum(r.is_stream for r in runs) >= 2:
-            fig = plot_kl_comparison(runs)
-            kl_figure = save_figure(fig, out_dir / COMPARISON_FILES["kl"]) if fig is not None else None
+            fig = fg.plot_kl_comparison(runs)
+            kl_figure = fg.save_figure(fig, out_dir / fg.COMPARISON_FILES["kl"]) if fig is not None else None
             if kl_figure is not None:
                 written.append(kl_figure)
         written.append(_write_text(out_dir / "comparison_report.md",

@@ -18,17 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..results import atomic_path
-from .analysis import (
-    best_center_series,
-    final_weights,
-    first_center,
-    mean_kl,
-    mixture_drifts,
-    mixture_groups,
-    run_label,
-    stream_accuracy,
-    true_shares,
-)
+from . import analysis as an
 from .load import RunData
 
 _PANEL = (4.6, 3.4)  # inches per subplot
@@ -101,9 +91,9 @@ def plot_weights_by_group(run: RunData) -> Figure | None:
     group (label and ``gid`` = the group label). ``None`` when the run records no weights, or for
     a stream whose clients' true mixtures drift (no client has one true mixture to group by)."""
     w = run.weights
-    if w.empty or (run.is_stream and mixture_drifts(run)):
+    if w.empty or (run.is_stream and an.mixture_drifts(run)):
         return None
-    groups, order = mixture_groups(true_shares(run))
+    groups, order = an.mixture_groups(an.true_shares(run))
     if groups.empty:
         groups = pd.Series("all clients", index=sorted(w.client.unique()))
         order = ["all clients"]
@@ -139,15 +129,15 @@ def plot_final_weights(run: RunData) -> Figure | None:
     """Figure 2: each client's final weight on the first cluster against its index
     (``collections[0]``), the true share of distribution 0 overlaid (``collections[1]``).
     ``None`` when the run records no weights."""
-    final = final_weights(run)
+    final = an.final_weights(run)
     if final.empty:
         return None
-    c0 = first_center(run, [int(c) for c in final.columns])
+    c0 = an.first_center(run, [int(c) for c in final.columns])
     fig, (ax,) = _figure(1)
     fig.set_size_inches(max(_PANEL[0], min(14.0, 0.08 * len(final) + 3)), _PANEL[1] + 0.4)
     ax.scatter(final.index.to_numpy(), final[c0].to_numpy(), s=18, label=f"estimated weight on center {c0}",
                gid="estimate", zorder=3)
-    shares = true_shares(run)
+    shares = an.true_shares(run)
     if not shares.empty and 0 in shares.columns:
         ax.scatter(shares.index.to_numpy(), shares[0].to_numpy(), marker="_", s=120, color="tab:red",
                    label="true share of distribution 0", gid="truth", zorder=2)
@@ -199,7 +189,7 @@ def plot_stream_accuracy(run: RunData) -> Figure | None:
     distribution (``cluster``) at cycle = step / clients, all on ``axes[0]``; on its twin
     (``axes[1]``) the number of clients that reached each cycle (``clients``). See
     :func:`stream_accuracy`. ``None`` for runs that are not streams."""
-    curves = stream_accuracy(run)
+    curves = an.stream_accuracy(run)
     if not curves:
         return None
     fig, (ax,) = _figure(1)
@@ -237,7 +227,7 @@ def plot_kl_comparison(runs: Sequence[RunData]) -> Figure | None:
     """CCFL's Figure 4(b): the mean KL(true mixture || estimate) over every upload, one bar
     per run with ``kl`` rows (``patches`` in run order, ``gid`` = the run directory's name; label:
     the algorithm, with the run's name when algorithms repeat). ``None`` when no run has any."""
-    kls = [(r, v) for r in runs if (v := mean_kl(r)) is not None]
+    kls = [(r, v) for r in runs if (v := an.mean_kl(r)) is not None]
     if not kls:
         return None
     drawn = [r for r, _ in kls]
@@ -249,7 +239,7 @@ def plot_kl_comparison(runs: Sequence[RunData]) -> Figure | None:
         bar.set_gid(r.name)
         ax.annotate(f"{v:.3f}", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
                     fontsize="small", xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(x, [run_label(r, drawn) for r in drawn], rotation=15 if len(kls) > 3 else 0, fontsize="small")
+    ax.set_xticks(x, [an.run_label(r, drawn) for r in drawn], rotation=15 if len(kls) > 3 else 0, fontsize="small")
     ax.set_ylabel("mean KL(true mixture || estimate)")
     ax.set_ylim(0, max(v for _, v in kls) * 1.15 or 1.0)
     ax.grid(alpha=0.3, axis="y")
@@ -263,7 +253,7 @@ def plot_comparison(runs: Sequence[RunData]) -> Figure | None:
     evaluation), one line per run (label: the algorithm, with the run directory's name when
     algorithms repeat; ``gid``: the run directory's name). Runs with different headline metrics
     get one row of panels per metric. ``None`` when no run has centers."""
-    series = {r.path: best_center_series(r) for r in runs}
+    series = {r.path: an.best_center_series(r) for r in runs}
     drawn = [r for r in runs if not series[r.path].empty]
     metrics = sorted({r.metric for r in drawn})
     panels = [(m, d) for m in metrics
@@ -286,7 +276,7 @@ def plot_comparison(runs: Sequence[RunData]) -> Figure | None:
                 if r.metric != metric or d not in s.columns:
                     continue
                 col = s[d].dropna()
-                ax.plot(col.index.to_numpy(), col.to_numpy(), marker="o", markersize=3, label=run_label(r, runs),
+                ax.plot(col.index.to_numpy(), col.to_numpy(), marker="o", markersize=3, label=an.run_label(r, runs),
                         gid=r.name)
             ax.set_title(f"distribution {d}")
             _rounds_axis(ax)
