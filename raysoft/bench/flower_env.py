@@ -13,17 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .venvs import ensure_venv, pip, run_script, torch_requirement
+from .venvs import ensure_venv, peer_requirements, pip, run_script
 
 BENCH_SCRIPT = Path(__file__).with_name("flower.py")
 FLOWER_VERSION = "1.42.0"
 STAMP_NAME = ".raysoft-flower-stamp"
 
-FLOWER_REQUIREMENTS: list[str] = [
-    f"flwr[simulation]=={FLOWER_VERSION}",
-    torch_requirement(),
-    "numpy",
-]
+FLOWER_REQUIREMENTS = peer_requirements(f"flwr[simulation]=={FLOWER_VERSION}")
 
 
 # Requirements of flwr whose version bound may be dropped when the index cannot meet it, and

@@ -12,17 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .venvs import ensure_venv, run_script, torch_requirement
+from .venvs import ensure_venv, peer_requirements, run_script
 
 BENCH_SCRIPT = Path(__file__).with_name("pfl_bench.py")
 PFL_VERSION = "0.6.0"
 STAMP_NAME = ".raysoft-pfl-stamp"
 
-PFL_REQUIREMENTS: list[str] = [
-    f"pfl[pytorch]=={PFL_VERSION}",
-    torch_requirement(),
-    "numpy",
-]
+PFL_REQUIREMENTS = peer_requirements(f"pfl[pytorch]=={PFL_VERSION}")
 
 
 def ensure_pfl_venv(path: Path) -> Path:

@@ -33,6 +33,12 @@ def torch_requirement() -> str:
     return f"torch=={version.split('+', 1)[0]}"
 
 
+def peer_requirements(peer: str) -> list[str]:
+    """A peer's venv requirements: the peer itself (pinned by the caller), the calling
+    interpreter's torch release (so both sides run the same kernels) and numpy."""
+    return [peer, torch_requirement(), "numpy"]
+
+
 def venv_python(path: Path) -> Path:
     return Path(path) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
@@ -154,4 +160,4 @@ def stop(proc: subprocess.Popen, grace: float = 30.0) -> str:
 
 
 __all__ = ["ensure_venv", "last_line", "pip", "pip_error", "run_script", "stamp_matches", "stop",
-           "torch_requirement", "venv_python"]
+           "peer_requirements", "torch_requirement", "venv_python"]
