@@ -6,8 +6,12 @@ failure of FL tools. The long-run mode runs raysoft alone on each workload for m
 W3) while the sampler of :mod:`.memory` records the whole process tree's RSS and PSS every
 ``interval`` seconds, each sample tagged with the round (W3: upload) it fell in. It writes
 ``memory.parquet`` (``workload``, ``elapsed_s``, ``round``, ``rss_mb``, ``pss_mb``),
-``memory.md`` (per workload: the PSS after warm-up and its growth) and ``memory.png`` (each
-round's peak PSS against the round, a panel per workload).
+``processes.parquet`` (the same samples per process: ``workload``, ``elapsed_s``, ``round``,
+``pid``, ``role``, ``pss_mb``; roles as :func:`raysoft.bench.memory.role` names them: driver,
+``ray::CoordinatorActor``, ``ray::ClientActor``, raylet, ...), ``memory.md`` (per workload: the
+PSS after warm-up and its growth; then the same per role, so that a growth is attributed to the
+processes that grow) and ``memory.png`` (each round's peak PSS against the round, a panel per
+workload).
 
 Growth: the warm-up is the first 10% of the rounds; the growth is the peak PSS of the last 10%
 of the rounds over the peak PSS of the 10% that follow the warm-up, less one. A simulation that
@@ -30,6 +34,7 @@ from .workloads import workload_config
 LONG_ROUNDS = {"W1": 1000, "W2": 100, "W3": 25, "W4": 20}  # W3: 25 rounds of 80 uploads = 2,000
 QUICK_ROUNDS = {"W1": 30, "W2": 20, "W3": 20, "W4": 20}
 SAMPLE_COLUMNS = ["workload", "elapsed_s", "round", "rss_mb", "pss_mb"]
+PROCESS_COLUMNS = ["workload", "elapsed_s", "round", "pid", "role", "pss_mb"]
 
 
 def tag_rounds(
@@ -59,7 +64,28 @@ def growth(rounds: np.ndarray, pss: np.ndarray, total: int) -> tuple[float, floa
     last = pss[(rounds >= total - warm) | (rounds < 0)]
     if first.size == 0 or last.size == 0:
         raise ValueError(f"too few samples to measure growth over {total} rounds")
-    return float(first.max()), float(last.max() / first.max() - 1.0), float(last.max())
+    start = float(first.max())
+    return start, float(last.max()) / start - 1.0 if start > 0 else float("nan"), float(last.max())
+
+
+def role_growth(workload: str, processes: Any, total: int) -> list[dict[str, Any]]:
+    """:func:`growth` of each role's PSS (summed over its processes at each sample) in the rows of
+    ``processes`` (a frame with ``PROCESS_COLUMNS``' elapsed_s, round, pid, role, pss_mb), the
+    largest at the end first; roles absent after the warm-up are left out."""
+    sums = processes.pivot_table(index=["elapsed_s", "round"], columns="role", values="pss_mb", aggfunc="sum",
+                                 fill_value=0.0).reset_index()
+    rounds = sums["round"].to_numpy()
+    rows = []
+    for name in sums.columns.drop(["elapsed_s", "round"]):
+        try:
+            start, grew, end = growth(rounds, sums[name].to_numpy(), total)
+        except ValueError:
+            continue
+        if start > 0:
+            count = processes[processes.role == name].pid.nunique()
+            rows.append({"workload": workload, "role": name, "processes": count, "pss_after_warmup_mb": start,
+                         "pss_end_mb": end, "growth": grew})
+    return sorted(rows, key=lambda r: -r["pss_end_mb"])
 
 
 def figure(table: Any, path: Path) -> None:
@@ -90,7 +116,7 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
     import pandas as pd
 
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-longrun-"))
-    samples, summary = [], []
+    samples, summary, per_process, roles = [], [], [], []
     for w in workloads:
         r = rounds or (QUICK_ROUNDS if quick else LONG_ROUNDS)[w]
         name = "W4:fedsoft" if w == "W4" else w
@@ -101,6 +127,11 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
         total = r * workload_config(name, 2, quick)["data"]["clients"] if w == "W3" else r
         tagged = tag_rounds(sampler.samples or [], res["marks"])
         samples += [(w, *s) for s in tagged]
+        at = {t: (e, i) for (t, _, _), (e, i, _, _) in zip(sampler.samples or [], tagged)}
+        procs = pd.DataFrame([(w, *at[t], pid, name, p) for t, pid, name, p in sampler.processes or []],
+                             columns=PROCESS_COLUMNS)
+        per_process.append(procs)
+        roles += role_growth(w, procs, total)
         rr, pss = np.array([s[1] for s in tagged]), np.array([s[3] for s in tagged])
         start, grew, end = growth(rr, pss, total)
         summary.append({"workload": w, "rounds": total, "pss_after_warmup_mb": start, "pss_end_mb": end,
@@ -112,8 +143,10 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "memory.parquet") as tmp:
         table.to_parquet(tmp, index=False)
+    with atomic_path(out / "processes.parquet") as tmp:
+        pd.concat(per_process, ignore_index=True).to_parquet(tmp, index=False)
     figure(table, out / "memory.png")
-    (out / "memory.md").write_text(markdown(growth_table))
+    (out / "memory.md").write_text(markdown(growth_table) + "\n" + roles_markdown(pd.DataFrame(roles)))
     return growth_table
 
 
@@ -123,6 +156,16 @@ def markdown(table: Any) -> str:
     for _, r in table.iterrows():
         lines.append(f"| {r['workload']} | {int(r['rounds']):,} | {r['pss_after_warmup_mb']:.0f} | "
                      f"{r['pss_end_mb']:.0f} | {r['growth']:+.1%} | {r['peak_pss_mb']:.0f} | {r['total_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def roles_markdown(table: Any) -> str:
+    """The growth of each role's PSS (:func:`role_growth`), a row a workload and role."""
+    lines = ["| workload | role | processes | PSS after warm-up (MB) | PSS at the end (MB) | growth |",
+             "|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['workload']} | {r['role']} | {int(r['processes'])} | {r['pss_after_warmup_mb']:.0f} | "
+                     f"{r['pss_end_mb']:.0f} | {r['growth']:+.1%} |")
     return "\n".join(lines) + "\n"
 
 

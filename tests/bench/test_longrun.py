@@ -4,6 +4,7 @@ whose memory must stay flat."""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,8 @@ import pytest
 from support.paths import ROOT
 
 from raysoft.bench.floor import floor_of_run
-from raysoft.bench.longrun import growth, tag_rounds
+from raysoft.bench.longrun import PROCESS_COLUMNS, growth, role_growth, tag_rounds
+from raysoft.bench.memory import tree_processes
 from raysoft.bench.workloads import workload_config
 
 
@@ -34,6 +36,46 @@ def test_growth_compares_the_last_tenth_with_the_tenth_after_the_warm_up():
     assert (start, end) == (1190.0, 1990.0) and grew == pytest.approx(1990 / 1190 - 1)
     with pytest.raises(ValueError, match="too few samples"):
         growth(np.array([0, 1]), np.array([1.0, 2.0]), 100)
+
+
+def test_a_growth_is_attributed_to_the_role_whose_processes_grow():
+    """Two actors that leak 1 MB a round each and a flat driver: the actors' role grows from
+    2 x 119 to 2 x 199 MB, the driver by 0; a role gone after the warm-up is left out."""
+    rows = []
+    for r in range(100):
+        rows.append(("W3", float(r), r, 1, "driver", 500.0))
+        rows += [("W3", float(r), r, pid, "ray::ClientActor", 100.0 + r) for pid in (2, 3)]
+        if r < 10:
+            rows.append(("W3", float(r), r, 4, "ray::IDLE", 50.0))
+    procs = pd.DataFrame(rows, columns=PROCESS_COLUMNS)
+    got = role_growth("W3", procs, 100)
+    assert [(g["role"], g["processes"]) for g in got] == [("driver", 1), ("ray::ClientActor", 2)]
+    assert (got[0]["pss_after_warmup_mb"], got[0]["growth"]) == (500.0, 0.0)
+    assert (got[1]["pss_after_warmup_mb"], got[1]["pss_end_mb"]) == (238.0, 398.0)
+    assert got[1]["growth"] == pytest.approx(398 / 238 - 1)
+
+
+def test_processes_are_named_by_ray_title_script_module_or_program(tmp_path):
+    script = tmp_path / "worker_script.py"
+    script.write_text("import time\ntime.sleep(30)\n")
+    nap = "import time; time.sleep(30)"
+    procs = [subprocess.Popen(["bash", "-c", 'exec -a "ray::ClientActor.train_step" sleep 30']),
+             subprocess.Popen([sys.executable, str(script)]),
+             subprocess.Popen([sys.executable, "-m", "timeit", "-n", "1", nap]),
+             subprocess.Popen(["sleep", "30"])]
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            found = {pid: name for pid, name, _, _ in tree_processes(os.getpid())}
+            if len(found) == 5 and "bash" not in found.values() and "python3" not in found.values():
+                break
+            time.sleep(0.1)
+        assert found[os.getpid()] == "driver"
+        assert [found.get(p.pid) for p in procs] == ["ray::ClientActor", "worker_script.py", "timeit", "sleep"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def test_floor_of_a_run_prices_training_per_epoch_and_estimation_per_center(monkeypatch):
@@ -68,6 +110,14 @@ def test_a_short_long_run_writes_its_memory_and_stays_flat(tmp_path):
     assert list(table.columns) == ["workload", "elapsed_s", "round", "rss_mb", "pss_mb"]
     assert table["round"].max() >= 1 and table["round"].min() == -1  # samples during the rounds and the shut-down
     assert (out / "memory.png").stat().st_size > 0
+    procs = pd.read_parquet(out / "processes.parquet")
+    assert list(procs.columns) == ["workload", "elapsed_s", "round", "pid", "role", "pss_mb"]
+    roles = set(procs.role)
+    assert {"driver", "ray::CoordinatorActor", "ray::ClientActor", "raylet"} <= roles, roles
+    # the per-process rows add up to the tree's samples
+    summed = procs.groupby("elapsed_s").pss_mb.sum()
+    assert np.allclose(summed.to_numpy(), table.set_index("elapsed_s").loc[summed.index, "pss_mb"].to_numpy())
+    assert "| W1 | ray::ClientActor |" in (out / "memory.md").read_text()
     row = [ln for ln in (out / "memory.md").read_text().splitlines() if ln.startswith("| W1 |")][0]
     grew = float(row.split("|")[5].strip().rstrip("%")) / 100
     assert grew <= 0.05, row
