@@ -13,9 +13,12 @@ PSS after warm-up and its growth; then the same per role, so that a growth is at
 processes that grow) and ``memory.png`` (each round's peak PSS against the round, a panel per
 workload).
 
-Growth: the warm-up is the first 10% of the rounds; the growth is the peak PSS of the last 10%
-of the rounds over the peak PSS of the 10% that follow the warm-up, less one. A simulation that
-leaks grows in proportion to its length; one that does not stays near 0.
+Growth: the warm-up is the first 10% of the rounds, or for a stream (W3) the uploads until
+every client has uploaded once, if that is later (until then clients join and the working set of
+their data and optimizer states is still being built: W3's 80 clients join over its first ~600
+uploads); the growth is the peak PSS of the last 10% of the rounds over the peak PSS of the 10%
+that follow the warm-up, less one. A simulation that leaks grows in proportion to its length; one
+that does not stays near 0.
 """
 
 from __future__ import annotations
@@ -53,22 +56,25 @@ def tag_rounds(
     return out
 
 
-def growth(rounds: np.ndarray, pss: np.ndarray, total: int) -> tuple[float, float, float]:
-    """(peak PSS after the warm-up window, its growth, peak PSS of the last 10%) for samples
-    tagged with ``rounds`` of a run of ``total`` rounds; see the module docstring."""
-    warm = max(1, int(np.ceil(0.1 * total)))
+def growth(rounds: np.ndarray, pss: np.ndarray, total: int, warmup: int = 0) -> tuple[float, float, float]:
+    """(peak PSS of the window after the warm-up, its growth, peak PSS of the last 10%) for samples
+    tagged with ``rounds`` of a run of ``total`` rounds; see the module docstring. The warm-up is
+    the first 10% of the rounds, or ``warmup`` rounds if more (a stream's: until every client has
+    uploaded once); each window is 10% of the rounds."""
+    window = max(1, int(np.ceil(0.1 * total)))
+    warm = max(window, warmup)
     after = (rounds >= warm) | (rounds < 0)
-    first = pss[(rounds >= warm) & (rounds < 2 * warm)]
+    first = pss[(rounds >= warm) & (rounds < warm + window)]
     if first.size == 0:  # rounds shorter than the sampling interval: the first sample after the warm-up
         first = pss[after][:1]
-    last = pss[(rounds >= total - warm) | (rounds < 0)]
+    last = pss[(rounds >= total - window) | (rounds < 0)]
     if first.size == 0 or last.size == 0:
         raise ValueError(f"too few samples to measure growth over {total} rounds")
     start = float(first.max())
     return start, float(last.max()) / start - 1.0 if start > 0 else float("nan"), float(last.max())
 
 
-def role_growth(workload: str, processes: Any, total: int) -> list[dict[str, Any]]:
+def role_growth(workload: str, processes: Any, total: int, warmup: int = 0) -> list[dict[str, Any]]:
     """:func:`growth` of each role's PSS (summed over its processes at each sample) in the rows of
     ``processes`` (a frame with ``PROCESS_COLUMNS``' elapsed_s, round, pid, role, pss_mb), the
     largest at the end first; roles absent after the warm-up are left out."""
@@ -78,7 +84,7 @@ def role_growth(workload: str, processes: Any, total: int) -> list[dict[str, Any
     rows = []
     for name in sums.columns.drop(["elapsed_s", "round"]):
         try:
-            start, grew, end = growth(rounds, sums[name].to_numpy(), total)
+            start, grew, end = growth(rounds, sums[name].to_numpy(), total, warmup)
         except ValueError:
             continue
         if start > 0:
@@ -131,10 +137,12 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
         procs = pd.DataFrame([(w, *at[t], pid, name, p) for t, pid, name, p in sampler.processes or []],
                              columns=PROCESS_COLUMNS)
         per_process.append(procs)
-        roles += role_growth(w, procs, total)
+        warmup = int(res.get("joined") or 0)
+        roles += role_growth(w, procs, total, warmup)
         rr, pss = np.array([s[1] for s in tagged]), np.array([s[3] for s in tagged])
-        start, grew, end = growth(rr, pss, total)
-        summary.append({"workload": w, "rounds": total, "pss_after_warmup_mb": start, "pss_end_mb": end,
+        start, grew, end = growth(rr, pss, total, warmup)
+        summary.append({"workload": w, "rounds": total, "warmup": max(warmup, int(np.ceil(0.1 * total))),
+                        "pss_after_warmup_mb": start, "pss_end_mb": end,
                         "growth": grew, "peak_pss_mb": sampler.peak_pss, "total_s": res["total_s"]})
         print(f"{name} long run: {total} {'uploads' if w == 'W3' else 'rounds'}, PSS {start:.0f} -> {end:.0f} MB "
               f"({grew:+.1%})", file=sys.stderr)
@@ -151,11 +159,12 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
 
 
 def markdown(table: Any) -> str:
-    lines = ["| workload | rounds (W3: uploads) | PSS after warm-up (MB) | PSS at the end (MB) | growth | "
-             "peak PSS (MB) | total s |", "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | rounds (W3: uploads) | warm-up | PSS after warm-up (MB) | PSS at the end (MB) | growth | "
+             "peak PSS (MB) | total s |", "|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        lines.append(f"| {r['workload']} | {int(r['rounds']):,} | {r['pss_after_warmup_mb']:.0f} | "
-                     f"{r['pss_end_mb']:.0f} | {r['growth']:+.1%} | {r['peak_pss_mb']:.0f} | {r['total_s']:.0f} |")
+        lines.append(f"| {r['workload']} | {int(r['rounds']):,} | {int(r['warmup']):,} | "
+                     f"{r['pss_after_warmup_mb']:.0f} | {r['pss_end_mb']:.0f} | {r['growth']:+.1%} | "
+                     f"{r['peak_pss_mb']:.0f} | {r['total_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
 

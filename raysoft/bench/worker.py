@@ -79,7 +79,14 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
         updates = [b[2] for b in marks[1:]]
         done = work[1:]
     quality, metric = _quality_of(tables, summary, workload)
-    return {"sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
+    joined = None
+    if workload == "W3":  # the upload by which every client has uploaded once (the stream's warm-up)
+        rows = tables["metrics"].to_pandas()
+        before = rows[(rows["scope"] == "client") & (rows["metric"] == "accuracy_before")]
+        firsts = before.groupby("entity")["step"].min()
+        joined = int(firsts.max()) if len(firsts) == cfg.data.clients else None
+    return {"joined": joined,
+            "sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
             "total_s": total, "coordinator_busy_s_all": [c[0] for c in coordinator],
             "coordinator_bytes_all": [c[1] for c in coordinator], "work_all": done,
             "marks": [(m[0], m[1]) for m in marks]}  # (time.monotonic(), round or upload) of each step

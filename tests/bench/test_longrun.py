@@ -36,6 +36,10 @@ def test_growth_compares_the_last_tenth_with_the_tenth_after_the_warm_up():
     assert (start, end) == (1190.0, 1990.0) and grew == pytest.approx(1990 / 1190 - 1)
     with pytest.raises(ValueError, match="too few samples"):
         growth(np.array([0, 1]), np.array([1.0, 2.0]), 100)
+    # a stream's warm-up until every client has joined (here round 37): the window after it is
+    # rounds 37-46, whose peak is 1460
+    assert growth(rounds, leak, 100, warmup=37) == (1460.0, pytest.approx(1990 / 1460 - 1), 1990.0)
+    assert growth(rounds, leak, 100, warmup=5)[0] == 1190.0  # never shorter than 10% of the rounds
 
 
 def test_a_growth_is_attributed_to_the_role_whose_processes_grow():
@@ -119,8 +123,44 @@ def test_a_short_long_run_writes_its_memory_and_stays_flat(tmp_path):
     assert np.allclose(summed.to_numpy(), table.set_index("elapsed_s").loc[summed.index, "pss_mb"].to_numpy())
     assert "| W1 | ray::ClientActor |" in (out / "memory.md").read_text()
     row = [ln for ln in (out / "memory.md").read_text().splitlines() if ln.startswith("| W1 |")][0]
-    grew = float(row.split("|")[5].strip().rstrip("%")) / 100
+    assert row.split("|")[3].strip() == "2"  # the warm-up: 10% of 20 rounds
+    grew = float(row.split("|")[6].strip().rstrip("%")) / 100
     assert grew <= 0.05, row
+
+
+def _first_upload_of_all(raw: dict) -> int:
+    """From the stream's clock alone: client m ticks at join_m + the sum of its exponential gaps
+    (rate drawn once per client), every tick an upload; the upload at which the last client
+    makes its first."""
+    from raysoft.config import parse_config
+    from raysoft.rng import numpy_rng
+
+    cfg = parse_config(raw)
+    lo, hi = cfg.algorithm.upload_rate
+    ticks = []
+    for m in range(cfg.data.clients):
+        rate, t = numpy_rng(cfg.seed, "clock-rate", m).uniform(lo, hi), 0.0
+        for c in range(100):
+            t += numpy_rng(cfg.seed, "clock", m, c).exponential(1.0 / rate)
+            ticks.append((t, m))
+    seen: set[int] = set()
+    for i, (_, m) in enumerate(sorted(ticks)):
+        seen.add(m)
+        if len(seen) == cfg.data.clients:
+            return i + 1
+    raise AssertionError("some client never uploads")
+
+
+@pytest.mark.slow
+def test_a_streams_warm_up_ends_when_every_client_has_uploaded(monkeypatch):
+    from raysoft.bench.worker import run_raysoft
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    raw = workload_config("W3", 4, quick=True)  # 8 clients, 32 uploads
+    raw["ray"] = {**raw.get("ray", {}), "backend": "inprocess"}
+    assert raw["algorithm"].get("upload_policy", "clock") == "clock" and not raw["data"].get("join_schedule")
+    res = run_raysoft("W3", raw)
+    assert res["joined"] == _first_upload_of_all(raw) == 29
 
 
 def test_long_run_refuses_too_few_rounds(capsys):
