@@ -15,8 +15,8 @@ workload).
 
 Growth: the warm-up is the first 10% of the rounds, or for a stream (W3) the uploads until
 every client has uploaded once, if that is later (until then clients join and the working set of
-their data and optimizer states is still being built: W3's 80 clients join over its first ~600
-uploads); the growth is the peak PSS of the last 10% of the rounds over the peak PSS of the 10%
+their data and optimizer states is still being built: W3's 80 clients have all uploaded by its
+upload 368); the growth is the peak PSS of the last 10% of the rounds over the peak PSS of the 10%
 that follow the warm-up, less one. A simulation that leaks grows in proportion to its length; one
 that does not stays near 0.
 """
@@ -134,7 +134,7 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
         tagged = tag_rounds(sampler.samples or [], res["marks"])
         samples += [(w, *s) for s in tagged]
         at = {t: (e, i) for (t, _, _), (e, i, _, _) in zip(sampler.samples or [], tagged)}
-        procs = pd.DataFrame([(w, *at[t], pid, name, p) for t, pid, name, p in sampler.processes or []],
+        procs = pd.DataFrame([(w, *at[t], pid, role, p) for t, pid, role, p in sampler.processes or []],
                              columns=PROCESS_COLUMNS)
         per_process.append(procs)
         warmup = int(res.get("joined") or 0)
