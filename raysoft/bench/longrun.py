@@ -56,13 +56,19 @@ def tag_rounds(
     return out
 
 
+def warm_up(total: int, warmup: int = 0) -> tuple[int, int]:
+    """(the rounds of the warm-up, the rounds of a window) of a run of ``total`` rounds: a window
+    is 10% of the rounds (at least one); the warm-up one window, or ``warmup`` rounds if more."""
+    window = max(1, int(np.ceil(0.1 * total)))
+    return max(window, warmup), window
+
+
 def growth(rounds: np.ndarray, pss: np.ndarray, total: int, warmup: int = 0) -> tuple[float, float, float]:
     """(peak PSS of the window after the warm-up, its growth, peak PSS of the last 10%) for samples
     tagged with ``rounds`` of a run of ``total`` rounds; see the module docstring. The warm-up is
     the first 10% of the rounds, or ``warmup`` rounds if more (a stream's: until every client has
     uploaded once); each window is 10% of the rounds."""
-    window = max(1, int(np.ceil(0.1 * total)))
-    warm = max(window, warmup)
+    warm, window = warm_up(total, warmup)
     after = (rounds >= warm) | (rounds < 0)
     first = pss[(rounds >= warm) & (rounds < warm + window)]
     if first.size == 0:  # rounds shorter than the sampling interval: the first sample after the warm-up
@@ -141,7 +147,7 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
         roles += role_growth(w, procs, total, warmup)
         rr, pss = np.array([s[1] for s in tagged]), np.array([s[3] for s in tagged])
         start, grew, end = growth(rr, pss, total, warmup)
-        summary.append({"workload": w, "rounds": total, "warmup": max(warmup, int(np.ceil(0.1 * total))),
+        summary.append({"workload": w, "rounds": total, "warmup": warm_up(total, warmup)[0],
                         "pss_after_warmup_mb": start, "pss_end_mb": end,
                         "growth": grew, "peak_pss_mb": sampler.peak_pss, "total_s": res["total_s"]})
         print(f"{name} long run: {total} {'uploads' if w == 'W3' else 'rounds'}, PSS {start:.0f} -> {end:.0f} MB "

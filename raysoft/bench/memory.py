@@ -21,17 +21,18 @@ def role(proc: psutil.Process, root: int) -> str:
         return "driver"
     try:
         cmd = proc.cmdline()
-        name = proc.name()
+        if not cmd:  # a kernel thread or a zombie: no command line
+            return proc.name()
     except psutil.Error:
         return "gone"
-    if cmd and cmd[0].startswith("ray::"):
+    if cmd[0].startswith("ray::"):
         return cmd[0].split()[0].split(".", 1)[0]
     scripts = [a for a in cmd[1:] if a.endswith(".py")]
     if scripts:
         return PurePath(scripts[0]).name
     if "-m" in cmd[1:-1]:
         return cmd[cmd.index("-m") + 1]
-    return PurePath(cmd[0]).name if cmd else name
+    return PurePath(cmd[0]).name
 
 
 def tree_processes(root: int) -> list[tuple[int, str, float, float]]:
