@@ -30,6 +30,7 @@ from ..runtime.executor import finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
 from ..tree import map_leaves
+from .allocator import release_free_memory
 from .states import StateStore
 
 VISITORS_MIN = 8  # visiting clients whose data a host keeps, at least
@@ -165,8 +166,12 @@ class ClientHost:
         """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU."""
         if self._dead:
             raise ClientFailure("the in-process client host was killed")
-        with torch_threads(client_threads(self.cfg)):
-            return self._call(op, client_ids, payload, t)
+        try:
+            with torch_threads(client_threads(self.cfg)):
+                return self._call(op, client_ids, payload, t)
+        finally:
+            if self.cfg.ray.trim_memory:
+                release_free_memory()
 
     def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
              part: int | None = None) -> dict[int, tuple[bool, Any]]:
