@@ -73,8 +73,9 @@ class RayConfig(Section):
     sum_group: int = Field(8, ge=1, description="sum_shape: tree: clients per run of the tree's first level")
     trim_memory: bool = Field(
         True, description="after each client call, the process that hosts the clients (a client actor, or the "
-        "in-process run) hands the memory its C allocator holds free back to the system (glibc's malloc_trim), so that a long run's footprint stays flat; no effect where the C "
-        "library has no malloc_trim. Numbers are the same either way"
+        "in-process run) hands the memory its C allocator holds free back to the system (glibc's "
+        "malloc_trim), so that a long run's footprint stays flat; no effect where the C library has no "
+        "malloc_trim. Numbers are the same either way"
     )
 
     @property
