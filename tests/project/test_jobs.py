@@ -53,3 +53,14 @@ def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_stale
     outcome = slice(0, 6)  # Cli Bfr, Cli Aft, clusters at the end, cluster_acc, KL, t - tau
     assert rows["no staleness"][outcome] == rows["b = N"][outcome] == rows["cycles"][outcome]
     assert rows["no staleness"][7] == rows["b = N"][7] == rows["cycles"][7] == "100%"  # alpha2 = 1
+
+
+@pytest.mark.parametrize("script", ["side_by_side.py", "trim_cost.py", "w3_anatomy.py"])
+@pytest.mark.slow
+def test_the_measurement_jobs_start(script, tmp_path):
+    """The performance jobs docs/performance.md quotes (minutes each, run by hand) import and parse
+    their options."""
+    proc = subprocess.run([sys.executable, str(JOBS / script), "--help"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("usage:") and list(tmp_path.iterdir()) == []
