@@ -55,7 +55,7 @@ def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_stale
     assert rows["no staleness"][7] == rows["b = N"][7] == rows["cycles"][7] == "100%"  # alpha2 = 1
 
 
-@pytest.mark.parametrize("script", ["side_by_side.py", "trim_cost.py", "w3_anatomy.py"])
+@pytest.mark.parametrize("script", ["side_by_side.py", "trim_cost.py", "w3_anatomy.py", "w4_backends.py"])
 @pytest.mark.slow
 def test_the_measurement_jobs_start(script, tmp_path):
     """The performance jobs docs/performance.md quotes (minutes each, run by hand) import and parse
