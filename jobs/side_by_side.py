@@ -1,4 +1,4 @@
-"""How two one-thread processes share this machine's cores (docs/performance.md).
+"""How two one-thread processes share this machine's cores (docs/performance.md#what-two-one-thread-actors-can-do).
 
     .venv/bin/python jobs/side_by_side.py [--repeats 3]
 

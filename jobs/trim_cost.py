@@ -1,4 +1,4 @@
-"""What ``ray.trim_memory`` costs in time (docs/performance.md#trimming-after-every-call).
+"""What ``ray.trim_memory`` costs in time (docs/performance.md, "What the trim costs").
 
     .venv/bin/python jobs/trim_cost.py [--workload W1 W3] [--pairs 2]
 
