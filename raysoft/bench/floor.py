@@ -111,12 +111,24 @@ def matmul_gflops(threads: int | None = None, n: int = 2048, repeats: int = 10) 
         torch.set_num_threads(before)
 
 
+MATRIX_SAMPLES = 7  # matrix-rate measurements a floor row takes the median of
+
+
+def matrix_rate(samples: int = MATRIX_SAMPLES) -> float:
+    """This sitting's matrix-multiply rate on all threads: the median of ``samples``
+    measurements (:func:`matmul_gflops`, about a second each). On a shared machine one
+    measurement can be a quarter off the next."""
+    if samples < 1:
+        raise ValueError(f"matrix_rate needs at least one measurement (got {samples})")
+    return float(np.median([matmul_gflops() for _ in range(samples)]))
+
+
 def floor_w2(raw: dict[str, Any]) -> dict[str, Any]:
     """The bench worker's result for the ``floor`` system: each round's floor in seconds."""
     began = time.monotonic()
     cfg = parse_config(raw)
     per_sample = flop_per_sample(cfg)
-    rate = matmul_gflops()
+    rate = matrix_rate()
     samples = round_samples(cfg, cfg.algorithm.rounds)
     return {"sec_per_round_all": [s * per_sample / 1e9 / rate for s in samples],
             "updates": [cfg.algorithm.clients_per_round] * len(samples), "quality": float("nan"),
@@ -134,7 +146,7 @@ def floor_of_run(workload: str, raw: dict[str, Any], run: dict[str, Any]) -> dic
     began = time.monotonic()
     cfg = parse_config(raw)
     train, forward = flop_per_sample(cfg), forward_flop_per_sample(cfg)
-    rate = matmul_gflops()
+    rate = matrix_rate()
     per_round = []
     for work in run["work_all"]:
         flop = 0.0

@@ -190,3 +190,15 @@ def test_a_floor_row_is_compared_with_raysoft_of_its_own_algorithm():
                               ("floor", "fedavg", 5.0))]
     floors = [ln for ln in markdown(pd.DataFrame(rows)).splitlines() if "| floor |" in ln]
     assert all("| 0.50× |" in ln for ln in floors), floors
+
+
+def test_a_floor_rows_matrix_rate_is_the_median_of_its_measurements(monkeypatch):
+    """One slow or fast measurement of the matrix rate does not move the floor: the median of
+    seven (80, 150, 120, 60, 130, 125, 118 -> 120), and a bad count is refused."""
+    import raysoft.bench.floor as floor
+
+    rates = iter([80.0, 150.0, 120.0, 60.0, 130.0, 125.0, 118.0])
+    monkeypatch.setattr(floor, "matmul_gflops", lambda: next(rates))
+    assert floor.matrix_rate() == 120.0
+    with pytest.raises(ValueError, match="at least one measurement"):
+        floor.matrix_rate(0)
