@@ -18,8 +18,8 @@ made of, on the workloads' own models and images:
 Each row prints the GFLOP/s of one process alone on one thread, of one process on two threads,
 of each of two one-thread processes side by side and their sum, and the floor's two-thread
 matrix rate (the median of one measurement before each row: it moves from minute to minute
-here) over the better of the two ways to use both cores: the lowest floor ratio the kernel allows on this
-machine, however an engine places the work.
+here) over the better of the two ways to use both cores: the lowest floor ratio the kernel
+allows on this machine, however an engine places the work.
 """
 
 from __future__ import annotations
@@ -146,6 +146,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="calls timed per process (x10 but W3)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats: calls timed per process, at least 1 (got {args.repeats})")
     rows, matrix = [], []
     for kernel in KERNELS:
         n = args.repeats * (1 if kernel in ("W3 epoch", "W3 forward") else 10)

@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from raysoft.bench import round_stats, workload_config
 from raysoft.bench.workloads import DEFAULT_ROUNDS
+from raysoft.config import ConfigError
 
 
 def seconds_per_round(workload: str, trim: bool) -> float:
@@ -37,6 +38,13 @@ def main() -> None:
     )
     parser.add_argument("--pairs", type=int, default=2, help="runs of each setting")
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error(f"--pairs: runs of each setting, at least 1 (got {args.pairs})")
+    for workload in args.workload:
+        try:
+            workload_config(workload, 1)
+        except ConfigError as e:
+            parser.error(str(e))
     print("| workload | s / round, trim on | s / round, trim off | on / off |")
     print("|---|---|---|---|")
     for workload in args.workload:

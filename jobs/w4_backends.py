@@ -33,6 +33,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each run (the last evaluates)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds: rounds of each run, at least 1 (got {args.rounds})")
     seconds = {}
     for backend in ("inprocess", "ray"):
         with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:

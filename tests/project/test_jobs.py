@@ -64,3 +64,18 @@ def test_the_measurement_jobs_start(script, tmp_path):
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("side_by_side.py", ["--repeats", "0"], "--repeats: calls timed per process, at least 1 (got 0)"),
+    ("trim_cost.py", ["--pairs", "0"], "--pairs: runs of each setting, at least 1 (got 0)"),
+    ("trim_cost.py", ["--workload", "W9"], "--workload: unknown workload 'W9' (known: W1, W2, W3, W4)"),
+    ("w4_backends.py", ["--rounds", "0"], "--rounds: rounds of each run, at least 1 (got 0)"),
+])
+@pytest.mark.slow
+def test_the_measurement_jobs_refuse_bad_options_in_one_line(script, args, message, tmp_path):
+    proc = subprocess.run([sys.executable, str(JOBS / script), *args], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"{script}: error: {message}"
+    assert list(tmp_path.iterdir()) == []
