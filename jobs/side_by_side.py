@@ -122,7 +122,7 @@ def worker(kernel: str, threads: int, repeats: int, barrier: Any, out: Any) -> N
     torch.set_num_threads(threads)
     fn, flop = build(kernel)
     fn()  # warm-up
-    barrier.wait()
+    barrier.wait(timeout=600)
     began = time.perf_counter()
     for _ in range(repeats):
         fn()
@@ -136,10 +136,14 @@ def rates(kernel: str, processes: int, threads: int, repeats: int) -> list[float
     procs = [ctx.Process(target=worker, args=(kernel, threads, repeats, barrier, out)) for _ in range(processes)]
     for p in procs:
         p.start()
-    got = [out.get(timeout=900) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    return got
+    try:
+        return [out.get(timeout=900) for _ in procs]
+    finally:  # a process that failed or hangs is not left behind
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def main() -> None:

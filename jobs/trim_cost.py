@@ -11,11 +11,10 @@ counts it) and their ratio. The results are the same either way (tests/backends/
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 
 from raysoft.bench import round_stats, workload_config
+from raysoft.bench.worker import call_in_fresh_process
 from raysoft.bench.workloads import DEFAULT_ROUNDS
 from raysoft.config import ConfigError
 
@@ -51,8 +50,7 @@ def main() -> None:
         seconds: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.pairs):
             for trim in (True, False):
-                with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-                    seconds[trim].append(pool.submit(seconds_per_round, workload, trim).result(timeout=3600))
+                seconds[trim].append(call_in_fresh_process(seconds_per_round, workload, trim, timeout=3600))
         on, off = statistics.median(seconds[True]), statistics.median(seconds[False])
         print(f"| {workload} | {on:.3f} | {off:.3f} | {on / off:.3f} |")
 

@@ -14,10 +14,9 @@ and states, the coordinator, an actor left idle. The results are the same on bot
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
 
 from raysoft.bench import workload_config
+from raysoft.bench.worker import call_in_fresh_process
 
 
 def round_seconds(backend: str, rounds: int) -> list[float]:
@@ -37,8 +36,7 @@ def main() -> None:
         parser.error(f"--rounds: rounds of each run, at least 1 (got {args.rounds})")
     seconds = {}
     for backend in ("inprocess", "ray"):
-        with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-            seconds[backend] = pool.submit(round_seconds, backend, args.rounds).result(timeout=7200)
+        seconds[backend] = call_in_fresh_process(round_seconds, backend, args.rounds, timeout=7200)
     print("| round | s in one process | s on Ray (two actors) | one process / Ray |")
     print("|---|---|---|---|")
     for t, (one, ray) in enumerate(zip(seconds["inprocess"], seconds["ray"])):

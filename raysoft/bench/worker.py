@@ -4,7 +4,11 @@ memory sampler sees that system's process tree alone."""
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import queue
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,35 @@ def stream_rounds(marks: list[tuple[float, int]], work: list[dict[str, Any]],
         times.append(dt * n / du)
         done.append({kind: v * n / du for kind, v in acc.items()})
     return times, done
+
+
+def _call_and_put(out: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        out.put((True, fn(*args)))
+    except Exception:  # noqa: BLE001 - whatever fn raises: the parent raises it, with this traceback
+        out.put((False, traceback.format_exc()))
+
+
+def call_in_fresh_process(fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
+    """``fn(*args)`` in a fresh (spawned) process, e.g. a run with a Ray of its own; its value
+    (picklable). Raises TimeoutError, and kills the process, if it has not answered within
+    ``timeout`` seconds; RuntimeError with the child's traceback if ``fn`` raised."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_call_and_put, args=(out, fn, args))
+    proc.start()
+    try:
+        ok, value = out.get(timeout=timeout)
+    except queue.Empty:
+        raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not answer within {timeout:g} s") from None
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    if not ok:
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)} failed in its process:\n{value}")
+    return value
 
 
 def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -202,3 +202,26 @@ def test_a_floor_rows_matrix_rate_is_the_median_of_its_measurements(monkeypatch)
     assert floor.matrix_rate() == 120.0
     with pytest.raises(ValueError, match="at least one measurement"):
         floor.matrix_rate(0)
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def _fail() -> None:
+    raise ValueError("no such thing")
+
+
+def _sleep() -> None:
+    time.sleep(60)
+
+
+@pytest.mark.slow
+def test_a_call_in_a_fresh_process_returns_its_value_its_error_or_times_out():
+    from raysoft.bench.worker import call_in_fresh_process
+
+    assert call_in_fresh_process(_double, 21, timeout=120) == 42
+    with pytest.raises(RuntimeError, match="ValueError: no such thing"):
+        call_in_fresh_process(_fail, timeout=120)
+    with pytest.raises(TimeoutError, match="_sleep did not answer within 1 s"):
+        call_in_fresh_process(_sleep, timeout=1)
