@@ -38,7 +38,8 @@ BIN = Path(sys.executable).parent
 TINY = ["--set", "ray.backend=inprocess", "--set", "output.progress=none"]
 SYNTH = ["--set", "algorithm.rounds=2", "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4"]
 STREAM = ["--set", "data.clients=4", "--set", "algorithm.cycles=1", "--set", "data.samples_min=20",
-          "--set", "data.samples_max=30", "--set", "data.test_samples=40", "--set", "algorithm.eval_every=2"]
+          "--set", "data.samples_max=30", "--set", "data.test_samples=40", "--set", "algorithm.eval_every=2",
+          "--set", "algorithm.public_samples=100"]
 IMAGES = ["--set", "algorithm.rounds=1", "--set", "data.clients=4", "--set", "algorithm.clients_per_round=2",
           "--set", "data.samples_min=20", "--set", "data.samples_max=30", "--set", "data.test_samples=40",
           "--set", "algorithm.eval_every=1"]
