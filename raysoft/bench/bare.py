@@ -48,6 +48,7 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
     """FedAvg as a plain loop; ``export`` writes its clients, selections and initial model for
     Flower and pfl (``raysoft/bench/flower.py`` and ``pfl_bench.py`` say what the file holds)."""
     import torch
+    import torch.nn.functional as F
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     from ..algorithms.common import uniform_selection
@@ -91,9 +92,13 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
         times.append(time.monotonic() - t0)
     glob.eval()
     with torch.no_grad():
-        accs = [float((glob(x).argmax(-1) == y).float().mean()) for x, y in holdouts]
+        outs = [(glob(x), y) for x, y in holdouts]
+        accs = [float((out.argmax(-1) == y).float().mean()) for out, y in outs]
+        # the pooled holdouts' mean cross-entropy: a continuous measure of the final model, for
+        # comparing two runs of the same steps (an accuracy near chance flips with float rounding)
+        loss = sum(float(F.cross_entropy(out, y, reduction="sum")) for out, y in outs) / sum(len(y) for _, y in outs)
     return {"sec_per_round_all": times, "updates": [len(s) for s in selections], "quality": float(np.mean(accs)),
-            "quality_metric": "accuracy", "total_s": time.monotonic() - start}
+            "quality_metric": "accuracy", "test_loss": loss, "total_s": time.monotonic() - start}
 
 
 def _entropy(seq: np.random.SeedSequence) -> np.ndarray:

@@ -478,11 +478,15 @@ def run_fedavg(data, out: Path) -> dict:
     if len(clock.laps) != rounds:
         raise RuntimeError(f"{len(clock.laps)} of {rounds} rounds were timed")
     module.eval()
+    correct, loss = 0, 0.0
     with torch.no_grad():
-        correct = sum(int((module(x_test[i:i + 1000]).argmax(1) == y_test[i:i + 1000]).sum())
-                      for i in range(0, len(y_test), 1000))
+        for i in range(0, len(y_test), 1000):
+            logits, y = module(x_test[i:i + 1000]), y_test[i:i + 1000]
+            correct += int((logits.argmax(1) == y).sum())
+            loss += float(F.cross_entropy(logits, y, reduction="sum"))
     result = _base_result("fedavg", clock.laps, [k] * rounds, correct / max(len(y_test), 1), "accuracy")
     result["accuracy"] = result["quality"]
+    result["test_loss"] = loss / max(len(y_test), 1)  # the test set's mean cross-entropy
     return result
 
 

@@ -265,7 +265,13 @@ def pfl_python() -> Path:
 @pytest.mark.slow
 def test_pfl_reproduces_the_bare_loops_w2_accuracy_and_w1_centers(tmp_path, monkeypatch):
     """pfl's FedAvg and FedSoft on the bare loop's quick exports (the same clients, initial
-    models, selections and batch orders) end where the bare loop ends."""
+    models, selections and batch orders) end where the bare loop ends.
+
+    W2's quick CNN is still near chance after 3 rounds (test loss 2.29 against ln 10 = 2.30),
+    where float rounding moves its accuracy by points: a perturbation of the initial model by
+    1e-6 of its size moves the bare loop's accuracy from 13.6% to 12.2% and its loss by 5e-4.
+    So the same steps are checked on the test loss after one round, where rounding moves it by
+    about 2e-5 and another batch order by 1e-3; after three rounds, loosely."""
     from support.images import write_learnable_fmnist
 
     from raysoft.bench.bare import bare_fedavg, bare_fedsoft
@@ -275,14 +281,19 @@ def test_pfl_reproduces_the_bare_loops_w2_accuracy_and_w1_centers(tmp_path, monk
     write_learnable_fmnist(tmp_path / "fmnist")
     monkeypatch.setenv("RAYSOFT_DATA", str(tmp_path / "fmnist"))
     bare2 = bare_fedavg(workload_config("W2", 3, True), tmp_path / "W2.npz")
+    bare2_1 = bare_fedavg(workload_config("W2", 1, True), tmp_path / "W2-1.npz")
     bare1 = bare_fedsoft(workload_config("W1", 3, True), tmp_path / "W1.npz")
     w2 = run_pfl(python, tmp_path / "W2.npz", tmp_path / "w2.json", workers=2, timeout=600)
+    w2_1 = run_pfl(python, tmp_path / "W2-1.npz", tmp_path / "w2-1.json", workers=2, timeout=600)
     w1 = run_pfl(python, tmp_path / "W1.npz", tmp_path / "w1.json", workers=2, timeout=600)
     assert json.loads((tmp_path / "w2.json").read_text()) == w2
     assert (w2["system"], w2["pfl_version"], w2["workers"]) == ("pfl", "0.6.0", 2)
     assert len(w2["sec_per_round"]) == 3 and min(w2["sec_per_round"]) > 0 and w2["total_s"] > 0
     assert w2["updates"] == bare2["updates"] == [6, 6, 6]
-    assert abs(w2["quality"] - bare2["quality"]) < 0.01  # the same steps: equal up to float rounding
+    assert bare2_1["test_loss"] < 2.3026  # the round trained: its initial model scores 2.33, above ln 10
+    assert abs(w2_1["test_loss"] - bare2_1["test_loss"]) < 2e-4  # the same steps, up to float rounding
+    assert abs(w2["test_loss"] - bare2["test_loss"]) < 3e-3
+    assert abs(w2["quality"] - bare2["quality"]) < 0.06
     assert w1["updates"] == bare1["updates"]  # the same clients drawn
     assert w1["quality_metric"] == "center mse"
     assert w1["quality"] == pytest.approx(bare1["quality"], rel=1e-3)
