@@ -477,16 +477,13 @@ def run_fedavg(data, out: Path) -> dict:
                                    send_metrics_to_platform=False)
     if len(clock.laps) != rounds:
         raise RuntimeError(f"{len(clock.laps)} of {rounds} rounds were timed")
-    module.eval()
-    correct, loss = 0, 0.0
-    with torch.no_grad():
-        for i in range(0, len(y_test), 1000):
-            logits, y = module(x_test[i:i + 1000]), y_test[i:i + 1000]
-            correct += int((logits.argmax(1) == y).sum())
-            loss += float(F.cross_entropy(logits, y, reduction="sum"))
+    # the module's own metrics (summed loss and correct count) over the test set, 1000 at a time
+    chunks = [module.metrics(x_test[i:i + 1000], y_test[i:i + 1000]) for i in range(0, len(y_test), 1000)]
+    correct = sum(c["accuracy"].weighted_value for c in chunks)
     result = _base_result("fedavg", clock.laps, [k] * rounds, correct / max(len(y_test), 1), "accuracy")
     result["accuracy"] = result["quality"]
-    result["test_loss"] = loss / max(len(y_test), 1)  # the test set's mean cross-entropy
+    # the test set's mean cross-entropy
+    result["test_loss"] = sum(c["loss"].weighted_value for c in chunks) / max(len(y_test), 1)
     return result
 
 
