@@ -34,6 +34,7 @@ docs/performance.md#batched-multi-client-training has the measurements).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,12 +64,15 @@ def can_batch(model: nn.Module) -> str | None:
     return None
 
 
-def use_batched(cfg_train: TrainConfig, model_name: str, model: nn.Module) -> bool:
-    """Whether ``train.batched_clients`` (auto/on/off) batches this model."""
+def use_batched(cfg_train: TrainConfig, model_name: str, model: nn.Module,
+                device: torch.device | None = None) -> bool:
+    """Whether ``train.batched_clients`` (auto/on/off) batches this model on ``device`` (auto:
+    every model it can batch on a GPU, where one small client's steps leave the GPU waiting on
+    kernel launches; on the CPU the models of ``BATCHED_MODELS``)."""
     mode = cfg_train.batched_clients
     if mode == "off" or can_batch(model) is not None:
         return False
-    return mode == "on" or model_name in BATCHED_MODELS
+    return mode == "on" or model_name in BATCHED_MODELS or (device is not None and device.type == "cuda")
 
 
 _warm = False
@@ -90,12 +94,12 @@ def warm_up() -> None:
                            TrainConfig.model_validate({"batch_size": 1, "local_epochs": 1}), [None, None])
 
 
-def _stack_state(opts: Sequence[Adam | SGD], d: int, attr: str) -> torch.Tensor:
+def _stack_state(opts: Sequence[Adam | SGD], d: int, attr: str, device: torch.device) -> torch.Tensor:
     rows = []
     for o in opts:
         bufs = getattr(o, attr)
         if any(b is None for b in bufs):  # SGD's lazily created momentum buffer: zero is the same
-            rows.append(torch.zeros(d))
+            rows.append(torch.zeros(d, device=device))
         else:
             rows.append(torch.cat([b.reshape(-1) for b in bufs]))
     return torch.stack(rows)
@@ -203,6 +207,7 @@ def batched_proximal_train(
     rngs: Sequence[np.random.Generator | None],
     pull_scale: torch.Tensor | None = None,
     pull_target: torch.Tensor | None = None,
+    rows: int | None = None,
 ) -> torch.Tensor:
     """Train C clients from ``start`` ([C, d]) and return their parameters ([C, d]).
 
@@ -211,14 +216,28 @@ def batched_proximal_train(
     ``pull_scale`` [C] and ``pull_target`` [C, d] add ``pull_scale * w - pull_target`` to each
     client's gradient, as in :func:`~raysoft.training.proximal_train`. The clients are trained
     in lockstep within each of :func:`buckets` of their padded epoch lengths.
+
+    ``rows`` (a GPU's fixed shape): the clients are trained in chunks of exactly ``rows``, a
+    last chunk padded with throwaway rows, every step computing every row (a client whose epoch
+    has ended, or a padding row, takes no step): each kernel then has the same shape whatever
+    the number of clients in the call, so a client's numbers do not depend on which clients share
+    its actor, where a GPU library would choose its kernels by shape. Only with mini-batches
+    (a full batch's width is the chunk's largest client); full-batch training uses the buckets.
     """
     clients = _Clients(start, opts, xs, ys, rngs, pull_scale, pull_target)
+    if rows is not None and cfg.batch_size is not None:
+        w = torch.empty_like(start)
+        for first in range(0, start.shape[0], rows):
+            chunk = list(range(first, min(first + rows, start.shape[0])))
+            trained = _lockstep_train(model, clients.take(chunk).padded(rows), task, cfg, fixed=True)
+            w[first:first + len(chunk)] = trained[:len(chunk)]
+        return w
     groups = buckets([padded_epoch(int(y.shape[0]), cfg.batch_size) for y in ys], cfg.batch_size, start.shape[1])
     if len(groups) == 1:
         return _lockstep_train(model, clients, task, cfg)
     w = torch.empty_like(start)
     for g in groups:
-        w[torch.tensor(g)] = _lockstep_train(model, clients.take(g), task, cfg)
+        w[torch.tensor(g, device=start.device)] = _lockstep_train(model, clients.take(g), task, cfg)
     return w
 
 
@@ -236,18 +255,39 @@ class _Clients:
 
     def take(self, rows: Sequence[int]) -> _Clients:
         """These clients' rows, in the order given."""
-        r = torch.tensor(list(rows))
+        r = torch.tensor(list(rows), device=self.start.device)
         return _Clients(
             self.start[r], [self.opts[i] for i in rows], [self.xs[i] for i in rows], [self.ys[i] for i in rows],
             [self.rngs[i] for i in rows], None if self.pull_scale is None else self.pull_scale[r],
             None if self.pull_target is None else self.pull_target[r],
         )
 
+    def padded(self, rows: int) -> _Clients:
+        """These clients and throwaway rows up to ``rows``: copies of the last client with an
+        optimizer of their own (a shallow copy, whose buffers the call replaces, never writes
+        into) and a random stream of their own (the client's is not advanced twice)."""
+        extra = rows - self.start.shape[0]
+        if extra <= 0:
+            return self
+        last = self.start.shape[0] - 1
 
-def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainConfig) -> torch.Tensor:
+        def more(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else torch.cat([t, t[last:].expand(extra, *t.shape[1:])])
+
+        return _Clients(
+            cast(torch.Tensor, more(self.start)), [*self.opts, *(copy.copy(self.opts[last]) for _ in range(extra))],
+            [*self.xs, *[self.xs[last]] * extra], [*self.ys, *[self.ys[last]] * extra],
+            [*self.rngs, *(np.random.default_rng(0) for _ in range(extra))], more(self.pull_scale),
+            more(self.pull_target),
+        )
+
+
+def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainConfig,
+                    fixed: bool = False) -> torch.Tensor:
     """:func:`batched_proximal_train` of one bucket: the clients in lockstep, a step computing those
-    still in their epoch."""
+    still in their epoch (``fixed``: every row, the others' updates masked out)."""
     num, d = clients.start.shape
+    device = clients.start.device
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
     sizes = [math.prod(s) for s in shapes]
@@ -287,9 +327,10 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
     ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
     steps_per_epoch = spe[0]
     active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
+    stepping = torch.arange(num, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
     w = start.clone()
     if adam:
-        m, v = _stack_state(opts, d, "exp_avg"), _stack_state(opts, d, "exp_avg_sq")
+        m, v = _stack_state(opts, d, "exp_avg", device), _stack_state(opts, d, "exp_avg_sq", device)
         b1, b2 = o0.betas
         # Adam's bias corrections of every step of the call, made at once: at step j of epoch e
         # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
@@ -299,10 +340,10 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
         )
         steps = [cast(Adam, o).steps for o in opts]
         sa_all = torch.from_numpy(np.asarray(steps, dtype=np.float64)[None, None, :] + e_j + 1)
-        lr_all = o0.lr / (1 - b1**sa_all).float()[..., None]  # lr / bc1: [epochs, steps, C, 1]
-        bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None]
+        lr_all = (o0.lr / (1 - b1**sa_all).float()[..., None]).to(device)  # lr / bc1: [epochs, steps, C, 1]
+        bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None].to(device)
     else:
-        buf = _stack_state(opts, d, "buffers")
+        buf = _stack_state(opts, d, "buffers", device)
     x_all, y_all = torch.cat(list(xs)), torch.cat(list(ys))
     offsets = np.concatenate([[0], np.cumsum(ns)[:-1]])
     model.train()
@@ -313,12 +354,12 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
         for c in range(num):
             order = offsets[c] + batch_order(ns[c], epoch, cfg, rngs[c])
             idx[c, :ns[c]], idx[c, ns[c]:], mask[c, :ns[c]] = order, order[0], 1.0
-        idx_t, mask_t = torch.from_numpy(idx), torch.from_numpy(mask)
+        idx_t, mask_t = torch.from_numpy(idx).to(device), torch.from_numpy(mask).to(device)
         real = mask_t.view(num, steps_per_epoch, batch).sum(dim=2, keepdim=True).clamp_min(1.0)
         weight = (mask_t.view(num, steps_per_epoch, batch) / real).view(num, -1)  # a sample's share of its batch's mean
         x_ep, y_ep = x_all[idx_t], y_all[idx_t]  # the epoch's batches, gathered once
         for j in range(steps_per_epoch):
-            a = slice(0, active[j])  # the clients that step
+            a = slice(0, num if fixed else active[j])  # the clients computed (fixed: all, the rest masked)
             cols = slice(j * batch, (j + 1) * batch)
             wa = w[a]
             g = grads_of(wa, x_ep[a, cols], y_ep[a, cols], weight[a, cols])
@@ -328,7 +369,11 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
                 if pull_target is not None:
                     g = g - pull_target[a]
                 ga = g + o0.weight_decay * wa if o0.weight_decay else g
-                if adam:
+                if fixed:
+                    _masked_step(w, m if adam else None, v if adam else None, None if adam else buf, ga,
+                                 stepping[j][:, None], o0, lr_all[epoch, j] if adam else None,
+                                 bc2_sqrt_all[epoch, j] if adam else None)
+                elif adam:
                     ma = m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
                     va = v[a].mul_(b2).addcmul_(ga, ga, value=1 - b2)
                     wa.sub_(lr_all[epoch, j, a] * ma / ((va.sqrt() / bc2_sqrt_all[epoch, j, a]) + o0.eps))
@@ -346,5 +391,22 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
     if not reordered:
         return w
     out = torch.empty_like(w)
-    out[torch.tensor(perm)] = w
+    out[torch.tensor(perm, device=device)] = w
     return out
+
+
+def _masked_step(w: torch.Tensor, m: torch.Tensor | None, v: torch.Tensor | None, buf: torch.Tensor | None,
+                 g: torch.Tensor, step: torch.Tensor, o0: Any, lr: torch.Tensor | None,
+                 bc2_sqrt: torch.Tensor | None) -> None:
+    """One optimizer step of every row, in place, kept only where ``step`` ([rows, 1]) is True:
+    the other rows' parameters and moments stay as they were (the same operations as the
+    unmasked step, so a row that steps gets the same numbers)."""
+    if m is not None and v is not None and lr is not None and bc2_sqrt is not None:
+        m.copy_(torch.where(step, m.lerp(g, 1 - o0.betas[0]), m))
+        v.copy_(torch.where(step, (v * o0.betas[1]).addcmul_(g, g, value=1 - o0.betas[1]), v))
+        w.copy_(torch.where(step, w - lr * m / ((v.sqrt() / bc2_sqrt) + o0.eps), w))
+        return
+    if o0.momentum and buf is not None:
+        buf.copy_(torch.where(step, buf * o0.momentum + g, buf))
+        g = buf
+    w.copy_(torch.where(step, w - o0.lr * g, w))

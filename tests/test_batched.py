@@ -30,9 +30,10 @@ def _opt(kind, params, lr, wd):
     return Adam(params, lr=lr, weight_decay=wd) if kind == "adam" else SGD(params, lr=lr, momentum=0.9, weight_decay=wd)
 
 
+@pytest.mark.parametrize("rows", [None, 2])  # 2: a GPU's fixed shape (chunks of two, the last padded)
 @pytest.mark.parametrize("kind", ["adam", "sgd"])
 @pytest.mark.parametrize("arch", ["linear", "logistic", "cnn"])
-def test_batched_training_equals_the_per_client_loop(kind, arch):
+def test_batched_training_equals_the_per_client_loop(kind, arch, rows):
     sizes = [23, 10, 37] if arch != "cnn" else [9, 4, 13]  # uneven: 3, 1 and 4 batches of 10 / 4
     if arch == "linear":
         model, shape, task = LinearRegression(5), (5,), "regression"
@@ -67,7 +68,7 @@ def test_batched_training_equals_the_per_client_loop(kind, arch):
 
     got = batched_proximal_train(model, warm, batch_opts, xs, ys, task, cfg,
                                  [np.random.default_rng([8, c]) for c in range(len(sizes))],
-                                 pull_scale=scale, pull_target=target)
+                                 pull_scale=scale, pull_target=target, rows=rows)
     assert not torch.equal(got, warm)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
     for lo, bo in zip(loop_opts, batch_opts):  # the optimizer state written back
@@ -277,3 +278,34 @@ def test_a_channels_last_model_is_the_same_function_and_vector():
     set_flat(plain, vec)
     assert torch.equal(get_flat(fast), vec)
     torch.testing.assert_close(fast(x), plain(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_fixed_rows_give_every_client_the_same_numbers_in_any_packing(kind):
+    """With ``rows`` (a GPU's fixed shape) every kernel has ``rows`` rows, padded; a client's
+    trained vector and optimizer state are then bit-identical whichever clients share its call
+    (uneven sizes: clients whose epoch ends early sit out the masked steps)."""
+    model, sizes = ConvNet((1, 8, 8), 3, (2, 3), 8), [9, 4, 13, 6, 11]
+    cfg = TrainConfig(optimizer=kind, lr=0.05, batch_size=4, local_epochs=2, shuffle=True, weight_decay=0.01)
+    xs, ys = _clients(sizes, (1, 8, 8), "classification", seed=3)
+    torch.manual_seed(2)
+    start = torch.stack([get_flat(ConvNet((1, 8, 8), 3, (2, 3), 8)) for _ in sizes])
+
+    def train(ids):
+        opts = [_opt(kind, copy.deepcopy(model).parameters(), cfg.lr, cfg.weight_decay) for _ in ids]
+        w = batched_proximal_train(model, start[ids].clone(), opts, [xs[i] for i in ids], [ys[i] for i in ids],
+                                   "classification", cfg, [np.random.default_rng([5, i]) for i in ids], rows=3)
+        return dict(zip(ids, w)), dict(zip(ids, opts))
+
+    together, opts_together = train([0, 1, 2, 3, 4])  # chunks [0, 1, 2] and [3, 4] + a padding row
+    apart, opts_apart = {}, {}
+    for ids in ([4, 1], [2], [0, 3]):
+        w, o = train(ids)
+        apart.update(w)
+        opts_apart.update(o)
+    for k in range(len(sizes)):
+        assert torch.equal(together[k], apart[k]), k
+        state = "exp_avg" if kind == "adam" else "buffers"
+        for a, b in zip(getattr(opts_together[k], state), getattr(opts_apart[k], state)):
+            assert torch.equal(a, b)
+    assert not torch.equal(together[0], start[0])

@@ -56,6 +56,7 @@ from raysoft.sdk import (
     get_flat,
     numpy_rng,
     scratch_optimizer,
+    to_numpy,
     train_from,
     uniform_selection,
     weighted_sum,
@@ -207,7 +208,7 @@ class CFL(Configured[CFLConfig]):
             got = [k for k in members if k in updates]  # finite updates, ascending client id
             if not got:
                 continue
-            u = torch.stack([updates[k] for k in got]).double().numpy()
+            u = to_numpy(torch.stack([updates[k] for k in got]).double())
             mean_norm, max_norm = update_norms(u, mean_weights(ctx.sizes[got], a.weighting))
             diagnostics[f"mean_norm[{c}]"], diagnostics[f"max_norm[{c}]"] = mean_norm, max_norm
             if len(got) == len(members) and should_split(mean_norm, max_norm, len(members), t + 1, a.eps1, a.eps2,

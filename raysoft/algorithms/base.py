@@ -190,9 +190,17 @@ class ClientContext:
     data: ClientData
     info: DataInfo
     scratch: nn.Module  # a model whose parameters client ops may overwrite freely
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where the host runs its clients
 
     def new_model(self, *stream: int | str) -> nn.Module:
-        return build_model(self.cfg.model, self.info, torch_generator(self.cfg.seed, *stream))
+        """A model initialised from the random stream (seed, *stream), on :attr:`device` (drawn
+        on the CPU, so the same numbers on every device)."""
+        return build_model(self.cfg.model, self.info, torch_generator(self.cfg.seed, *stream)).to(self.device)
+
+    def tensor(self, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``value`` (an array, a list, a tensor) as a tensor on :attr:`device`: how a client op
+        makes a tensor from a payload's numpy arrays."""
+        return torch.as_tensor(value, dtype=dtype, device=self.device)
 
 
 # a round yields calls and is sent each call's results: {client: result}, or a Reduced for a call with ``reduce``

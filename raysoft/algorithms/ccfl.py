@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..devices import to_numpy
 from ..params import ClientId, Params, weighted_sum
 from ..training import model_losses
 from .base import ClientContext
@@ -210,7 +211,7 @@ def model_distances(w: Params, models: torch.Tensor, losses: np.ndarray,
     """Algorithm 1's two similarities to each cluster: d1_k = |F(w_k; D_k) - l_k| (the loss
     difference on D_k) and d2_k = ||w - w_k||_2 over the flat parameters; ([K], [K])."""
     d1 = np.abs(np.asarray(own_losses, dtype=np.float64) - np.asarray(losses, dtype=np.float64))
-    d2 = (models.to(torch.float64) - w.to(torch.float64)[None]).norm(dim=1).numpy()
+    d2 = to_numpy((models.to(torch.float64) - w.to(torch.float64)[None]).norm(dim=1))
     return d1, d2
 
 
@@ -469,6 +470,8 @@ class CCFL(StreamAlgorithm):
             return {}
         if self._val_sets is None:  # the server's D_k, built once per host from (data, seed)
             self._val_sets = [cs.drift.validation(s) for s in range(cs.drift.num_clusters)]
+        if self._val_sets[0][0].device != ctx.device:  # once per host: the sets on its device
+            self._val_sets = [(x.to(ctx.device), y.to(ctx.device)) for x, y in self._val_sets]
         return {"l": cluster_losses(ctx.scratch, w, self._val_sets, ctx.info.task, a.loss_reduction,
                                     a.loss_batch_size)}
 

@@ -74,6 +74,7 @@ def batched_local_train(ctxs: list[ClientContext], models: list[torch.nn.Module]
     w = batched_proximal_train(
         ctx.scratch, w0, opts, [c.data.x for c in ctxs], [c.data.y for c in ctxs], ctx.info.task, ctx.cfg.train,
         [numpy_rng(ctx.cfg.seed, "shuffle", c.client, t) for c in ctxs], **pull,
+        rows=ctx.cfg.train.gpu_rows if ctx.device.type == "cuda" else None,
     )
     if models is not None:
         for m, row in zip(models, w):

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..devices import to_numpy
 from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
 from ..rng import numpy_rng
@@ -140,7 +141,7 @@ class FedEM(Configured[FedEMConfig]):
 
     def init_client(self, ctx: ClientContext) -> FedEMClient:
         m = self.settings.num_centers
-        return FedEMClient(torch.full((m,), 1.0 / m), [scratch_optimizer(ctx) for _ in range(m)])
+        return FedEMClient(torch.full((m,), 1.0 / m, device=ctx.device), [scratch_optimizer(ctx) for _ in range(m)])
 
     def round(self, ctx: ServerContext, state: FedEMState, t: int) -> RoundGenerator:
         selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
@@ -150,7 +151,7 @@ class FedEM(Configured[FedEMConfig]):
         pi = state.pi.copy()
         learners = res.value
         for k, (_, p) in res.rest.items():
-            pi[k] = p.numpy()
+            pi[k] = to_numpy(p)
         return FedEMState(learners, pi), {"weights_updated": True, "trained": len(selected)}
 
     def centers(self, state: FedEMState) -> torch.Tensor:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..devices import to_numpy
 from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
@@ -145,13 +146,13 @@ class FedSoftClient:
 def client_estimate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
     """Importance weights of this client from the per-sample losses of every center."""
     losses = model_losses(ctx.scratch, payload["centers"], ctx.data.x, ctx.data.y, ctx.info.task)
-    return cs, importance_weights(losses.numpy(), payload["sigma"])
+    return cs, importance_weights(to_numpy(losses), payload["sigma"])
 
 
 def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
     """Solve the proximal problem (4) from the persisting local model; return w_k^{t+1}."""
     lam = payload["prox_weight"]
-    u = torch.as_tensor(payload["u"][ctx.client], dtype=torch.float32)
+    u = ctx.tensor(payload["u"][ctx.client], dtype=torch.float32)
     centers = payload["centers"]
     if payload.get("start") == "mixture":  # the reading where w_k starts from the downloaded centers
         set_flat(cs.model, u @ centers)
@@ -168,7 +169,7 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
 def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient], payload: dict[str, Any], t: int):
     """:func:`client_train` for several clients of one host at once (:mod:`raysoft.batched`)."""
     lam, centers = payload["prox_weight"], payload["centers"]
-    u = torch.as_tensor(np.asarray(payload["u"])[[c.client for c in ctxs]], dtype=torch.float32)  # [C, S]
+    u = ctxs[0].tensor(np.asarray(payload["u"])[[c.client for c in ctxs]], dtype=torch.float32)  # [C, S]
     if payload.get("start") == "mixture":
         for cs, row in zip(states, u @ centers):
             set_flat(cs.model, row)

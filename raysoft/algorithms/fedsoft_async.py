@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..devices import to_numpy
 from ..params import ClientId, Params
 from ..training import model_losses
 from .base import ClientContext
@@ -77,8 +78,9 @@ class FedSoftAsync(StreamAlgorithm):
 
     def estimate(self, ctx: ClientContext, cs: StreamClient, models: torch.Tensor | None) -> np.ndarray | None:
         assert models is not None
-        losses = model_losses(ctx.scratch, models, cs.data.x, cs.data.y, ctx.info.task)
-        cs.mu = importance_weights(losses.numpy(), self.settings.sigma)
+        data = cs.data_on(ctx.device)
+        losses = model_losses(ctx.scratch, models, data.x, data.y, ctx.info.task)
+        cs.mu = importance_weights(to_numpy(losses), self.settings.sigma)
         return cs.mu
 
     def init_server(self, models: torch.Tensor) -> CCFLServerState:

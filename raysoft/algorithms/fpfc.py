@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..devices import to_numpy
 from ..params import get_flat
 from ..rng import numpy_rng
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
@@ -226,13 +227,13 @@ class FPFCState:
 
 def _fpfc_train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     rho = payload["rho"]
-    z = torch.as_tensor(payload["zeta"][ctx.client])
-    start = torch.as_tensor(payload["w"][ctx.client])
-    return opt, train_from(ctx, opt, start, t, pull_scale=rho, pull_target=rho * z).numpy()
+    z = ctx.tensor(payload["zeta"][ctx.client])
+    start = ctx.tensor(payload["w"][ctx.client])
+    return opt, to_numpy(train_from(ctx, opt, start, t, pull_scale=rho, pull_target=rho * z))
 
 
 def _fpfc_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
-    return opt, evaluate_vector(ctx, torch.as_tensor(payload["w"][ctx.client]))
+    return opt, evaluate_vector(ctx, ctx.tensor(payload["w"][ctx.client]))
 
 
 class FPFC(Configured[FPFCConfig]):
@@ -242,7 +243,7 @@ class FPFC(Configured[FPFCConfig]):
 
     def init_server(self, ctx: ServerContext) -> FPFCState:
         m = ctx.num_clients
-        w0 = get_flat(ctx.new_model("client_init")).numpy()
+        w0 = to_numpy(get_flat(ctx.new_model("client_init")))
         pairs = m * (m - 1) // 2
         w = np.repeat(w0[None, :], m, axis=0)
         theta = np.zeros((pairs, w0.size), np.float32)

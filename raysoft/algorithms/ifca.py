@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..devices import to_numpy
 from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
@@ -52,7 +53,7 @@ def _choose(ctx: ClientContext, payload: dict[str, Any]) -> int:
     centers = payload["centers"]
     if payload.get("assignment") == "oracle":
         return true_cluster(ctx.data.components, centers.shape[0])
-    return assign_cluster(mean_losses(ctx, centers))
+    return assign_cluster(to_numpy(mean_losses(ctx, centers)))
 
 
 GRADIENT_OPTIONS = ("gradient", "fpfc_code")  # the options whose clients return one full-batch gradient

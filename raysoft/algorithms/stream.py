@@ -20,6 +20,7 @@ with a client half and a server half, both Ray-free:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +74,15 @@ class StreamClient:
         if self.cache is None:
             self.cache = self.drift.cycle(self.client, self.cycle)
         return self.cache
+
+    def data_on(self, device: torch.device) -> CycleData:
+        """:attr:`data` on ``device`` (moved there once a cycle: the host's device)."""
+        data = self.data
+        if data.x.device != device:
+            self.cache = data = dataclasses.replace(
+                data, x=data.x.to(device), y=data.y.to(device), test_x=data.test_x.to(device),
+                test_y=data.test_y.to(device))
+        return data
 
     def next_cycle(self) -> None:
         self.cycle += 1
@@ -169,7 +179,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
     def score_reply(self, ctx: ClientContext, cs: StreamClient, anchor: Params) -> dict[str, float]:
         """Cli Aft: the reply on the test set of the data it was sent for."""
         set_flat(ctx.scratch, anchor)
-        return evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+        data = cs.data_on(ctx.device)
+        return evaluate(ctx.scratch, data.test_x, data.test_y, ctx.info.task)
 
     def score(self, ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
         """Client op ``stream_score``: at the end of the stream, the last reply's Cli Aft."""
@@ -204,7 +215,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
             set_flat(ctx.scratch, start)
             cs.optimizer.bind(ctx.scratch.parameters())
             epochs = a.local_epochs or ctx.cfg.train.local_epochs  # H, the local work of a cycle
-            start = client_update(ctx.scratch, cs.optimizer, cs.data.x, cs.data.y, ctx.info.task, ctx.cfg.train,
+            data = cs.data_on(ctx.device)
+            start = client_update(ctx.scratch, cs.optimizer, data.x, data.y, ctx.info.task, ctx.cfg.train,
                                   anchor, a.rho, rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle),
                                   epochs=epochs)
             samples += len(cs.data) * epochs
@@ -221,7 +233,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
         est_s = time.perf_counter() - tick if mu is not None else 0.0
         forwards = len(models) * len(cs.data) if mu is not None and models is not None else 0
         set_flat(ctx.scratch, cs.local)
-        before = evaluate(ctx.scratch, cs.data.test_x, cs.data.test_y, ctx.info.task)
+        data = cs.data_on(ctx.device)
+        before = evaluate(ctx.scratch, data.test_x, data.test_y, ctx.info.task)
         cs.uploaded_shares = cs.data.shares
         w, up = self.upload(cs, mu)
         tick = time.perf_counter()

@@ -84,14 +84,12 @@ class ClientActor:
         time.sleep(seconds)
 
     def start(self) -> dict[str, Any]:
-        import torch
-
+        from ..devices import choose
         from .host import ClientHost
 
         cfg = parse_config(self.cfg_dict)
         gpu_ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
-        device = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
-        self.host = ClientHost(cfg, self.client_ids, device=device)
+        self.host = ClientHost(cfg, self.client_ids, device=str(choose(cfg.train.device, bool(gpu_ids))))
         return self.describe()
 
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:

@@ -23,6 +23,7 @@ from ..algorithms import ClientContext, Plan, make_algorithm
 from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import ClientData, Federation
+from ..devices import deterministic
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
@@ -52,6 +53,7 @@ class ClientHost:
     def __init__(self, cfg: Config, client_ids: Iterable[int], device: str = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
+        deterministic(self.device)  # before the first kernel on a GPU
         self.algorithm = make_algorithm(cfg.algorithm)
         self.placement: list[dict[str, Any]] = []  # one process: no actors to describe
         self.late: list[int] = []  # no deadline in-process
@@ -88,7 +90,7 @@ class ClientHost:
             data = dataclasses.replace(
                 data, **{f: _to(getattr(data, f), self.device) for f in ("x", "y", "test_x", "test_y")}
             )
-        return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch)
+        return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch, device=self.device)
 
     def _initial_state(self, k: int) -> Any:
         """Client k's state before its first call, from (seed, client id)."""
@@ -213,7 +215,7 @@ class ClientHost:
         if why is not None and self.cfg.train.batched_clients == "on" and not getattr(self, "_said", False):
             self._said = True
             log.warning("train.batched_clients: on, but the model has %s; training clients one by one", why)
-        return fn if use_batched(self.cfg.train, self.cfg.model.name, self.scratch) else None
+        return fn if use_batched(self.cfg.train, self.cfg.model.name, self.scratch, self.device) else None
 
     def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         fn = self.algorithm.client_ops[op]
@@ -291,11 +293,13 @@ class _Visiting(MutableMapping):
 
 
 def _to_device_state(state: Any, device: torch.device) -> Any:
-    """Move the modules of a freshly built client state to ``device`` (in place, keeps optimizers valid)."""
-    if device.type != "cpu" and hasattr(state, "__dict__"):
-        for value in vars(state).values():
-            if isinstance(value, torch.nn.Module):
-                value.to(device)
+    """Move every tensor of a freshly built client state to ``device``, in place (modules'
+    parameters, optimizer moments, plain tensors: the objects stay, so an optimizer still holds
+    its model's parameters)."""
+    if device.type != "cpu":
+        for t in _tensors(state):
+            if t.device != device:
+                t.data = t.data.to(device)
     return state
 
 
@@ -319,8 +323,10 @@ def _tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         return [obj]
-    if isinstance(obj, torch.nn.Module):
-        return list(obj.parameters()) + list(obj.buffers())
+    if isinstance(obj, torch.nn.Module):  # its tensors, each once (an optimizer holds them too)
+        own = [t for t in [*obj.parameters(), *obj.buffers()] if id(t) not in seen]
+        seen.update(id(t) for t in own)
+        return own
     items: Iterable[Any]
     if isinstance(obj, dict):
         items = obj.values()

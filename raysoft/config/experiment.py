@@ -145,6 +145,9 @@ class Config(Section):
                 raise ValueError(f"faults: client {f.client} does not exist (data.clients is {data.clients})")
             if f.kind == "hang_actor" and self.ray.backend != "ray":
                 raise ValueError("faults: hang_actor needs ray.backend: ray (an actor that stops answering)")
+        if self.train.device == "cuda" and self.ray.backend == "ray" and self.ray.num_gpus_per_actor <= 0:
+            raise ValueError("train.device: cuda needs ray.num_gpus_per_actor > 0 on ray.backend: ray "
+                             "(each client actor's share of a GPU)")
         if self.clock.on and getattr(type(algo), "stream", False):
             raise ValueError(f"clock: is for synchronous rounds; algorithm {algo.name} is a stream with a virtual "
                              "clock of its own (upload_rate, join_schedule)")

@@ -24,5 +24,14 @@ class TrainConfig(Section):
     )
     batched_clients: Literal["auto", "on", "off"] = Field(
         "auto", description="train a host's clients in one vectorised computation (FedSoft, FedAvg, Local); "
-        "auto: for the linear and logistic models, where it measured faster (docs/performance.md)"
+        "auto: on a GPU for every model without batch norm, on the CPU for the linear and logistic models, "
+        "where it measured faster (docs/performance.md)"
+    )
+    gpu_rows: int = Field(
+        32, ge=1, description="on a GPU, batched clients are trained in chunks of exactly this many rows (the "
+        "last padded), so every kernel has one shape and a client's numbers do not depend on its actor's packing"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where a host trains its clients: auto = CUDA where the process has it (on Ray: "
+        "an actor with a GPU share, ray.num_gpus_per_actor); cuda without CUDA is an error"
     )

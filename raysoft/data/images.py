@@ -43,6 +43,7 @@ from ..datafiles import (  # noqa: F401 - re-exported
     require_cifar,
     require_emnist,
 )
+from ..devices import to_numpy
 from ..errors import one_line
 
 # torchvision (its import costs every process memory; docs/performance.md) is imported only by
@@ -132,7 +133,7 @@ def _emnist_split(root: str, train: bool) -> tuple[np.ndarray, np.ndarray]:
     from torchvision.datasets import EMNIST
 
     ds = EMNIST(root, split="byclass", train=train, download=False)
-    return ds.data.numpy(), ds.targets.numpy().astype(np.int64)
+    return to_numpy(ds.data), to_numpy(ds.targets).astype(np.int64)
 
 
 def _letters(x: np.ndarray, y: np.ndarray, labels: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

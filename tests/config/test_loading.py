@@ -19,7 +19,7 @@ def test_defaults_resolve_and_round_trip():
     assert d["algorithm"]["estimation_interval"] == 2 and d["algorithm"]["sigma"] == 1e-4
     assert d["train"] == {"optimizer": "adam", "lr": 0.005, "batch_size": 10, "local_epochs": 10,
                           "shuffle": False, "momentum": 0.0, "weight_decay": 0.0, "nan_policy": "stop",
-                          "batched_clients": "auto"}
+                          "batched_clients": "auto", "gpu_rows": 32, "device": "auto"}
     assert parse_config(d) == cfg
 
 
@@ -38,6 +38,7 @@ BAD = [
     ({"data": {"name": "mnist"}}, "data.name"),
     ({"train": {"lr": 0}}, "train.lr: Input should be greater than 0"),
     ({"train": {"optimizer": "rmsprop"}}, "train.optimizer"),
+    ({"train": {"device": "gpu"}}, "train.device: Input should be 'auto', 'cpu' or 'cuda'"),
     ({"train": {"batch_size": 2.5}}, "train.batch_size: Input should be a valid integer"),
     ({"ray": {"clients_per_actor": 0}}, "ray.clients_per_actor"),
     ({"ray": {"clients_per_actor": "many"}}, "ray.clients_per_actor"),
