@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 FMNIST := /usr/share/datasets/fashion-mnist
 CONFIG ?= jobs/fedsoft_synthetic.yaml
 
-.PHONY: run test test-all check install data clean
+.PHONY: run test test-all test-gpu check install data clean
 
 run: install data
 	$(VENV)/bin/raysoft run $(CONFIG)
@@ -18,6 +18,11 @@ test: check
 # everything: lint, types, then every test, the slow end-to-end ones included (what CI runs)
 test-all: check
 	$(PY) -m pytest -q
+
+# the tests marked gpu: every algorithm on CUDA beside the CPU, packings of GPU actors, resume
+# (skipped where torch finds no CUDA; jobs/gpu_check.sh runs them with the GPU benchmark)
+test-gpu: install data
+	$(PY) -m pytest -q -m gpu
 
 check: install data
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,8 @@ Each is one of:
   :data:`SMALL` added, and must exit 0;
 - **a synopsis** (``CONFIG``, ``RUN_DIR``, ``[--option ...]``): every option it shows is one the
   command's ``--help`` lists;
+- **a GPU command** (``num_gpus_per_actor=``, ``train.device=cuda``): run where torch finds CUDA;
+  elsewhere refused in one line, exit 2, nothing written;
 - **run elsewhere**: the plug-in commands (tests/project/test_plugin_docs.py), the local
   multi-node block (run here as written, below), the ``make`` targets (CI runs ``make test-all``;
   here, that each target exists), and the cloud commands, which need an account (their files are
@@ -65,6 +67,7 @@ SYNOPSIS = re.compile(r"\b(CONFIG|RUN_DIR|SWEEP)\b|\[")
 MAKE = re.compile(r"^make (\S+)$")
 CLOUD = ("ray up ", "ray rsync-down ", "ray dashboard ", "ray down ", "kubectl ", "RAY_AUTH_MODE=token RAY_AUTH_TOKEN")
 LOCAL_CLUSTER = ("cluster_configs/local.sh", "--address 127.0.0.1:6390", "--address http://127.0.0.1:8265")
+GPU = ("num_gpus_per_actor=", "train.device=cuda")  # commands that need a GPU (docs/running.md#on-gpus)
 
 
 def commands(path: Path) -> list[str]:
@@ -101,6 +104,8 @@ def kind(doc: str, command: str) -> str:
         return "cloud"
     if any(part in command for part in LOCAL_CLUSTER):
         return "local_cluster"
+    if any(part in command for part in GPU) and command.startswith(("raysoft ", ".venv/bin/raysoft ")):
+        return "gpu"
     if SYNOPSIS.search(command) and not command.startswith(".venv/bin/python jobs/"):
         return "synopsis"
     if command.startswith(("raysoft ", ".venv/bin/raysoft ", ".venv/bin/python jobs/")):
@@ -111,7 +116,7 @@ def kind(doc: str, command: str) -> str:
 def test_every_command_is_covered():
     unknown = [f"{d}: {c}" for d, c in ALL if kind(d, c) == "unknown"]
     assert not unknown, "commands in the docs that no test runs:\n" + "\n".join(unknown)
-    runs = [c for d, c in ALL if kind(d, c) == "run"]
+    runs = [c for d, c in ALL if kind(d, c) in ("run", "gpu")]
     assert runs and all(any(key in c for key, _ in SMALL) for c in runs), [
         c for c in runs if not any(key in c for key, _ in SMALL)]
 
@@ -150,6 +155,28 @@ def test_a_documented_command_runs(tmp_path, doc, command):
                          text=True, timeout=1200)
     assert ran.returncode == 0, f"{doc}: {command}\n{ran.stderr[-3000:]}"
     assert list((tmp_path / "runs").rglob("*.parquet")) or "batching_bench" in command
+
+
+GPU_RUNS = [(d, c) for d, c in ALL if kind(d, c) == "gpu"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc,command", GPU_RUNS, ids=[f"{d}: {c}"[:90] for d, c in GPU_RUNS])
+def test_a_documented_gpu_command_runs_or_is_refused_in_one_line(tmp_path, doc, command):
+    """Where torch finds CUDA the command runs; elsewhere (CI) it is refused before it starts:
+    exit 2, one line naming the GPU setting it asks for, nothing written."""
+    import torch
+
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    ran = subprocess.run([*_argv(command), *_small(command)], cwd=_workdir(tmp_path), env=env, capture_output=True,
+                         text=True, timeout=1200)
+    if torch.cuda.is_available():
+        assert ran.returncode == 0, f"{doc}: {command}\n{ran.stderr[-3000:]}"
+        return
+    lines = [line for line in ran.stderr.splitlines() if line.strip()]
+    assert ran.returncode == 2 and len(lines) == 1, f"{doc}: {command}\n{ran.stderr[-3000:]}"
+    assert "num_gpus_per_actor" in lines[0] or "train.device" in lines[0], lines[0]
+    assert not list((tmp_path / "runs").rglob("*.parquet"))
 
 
 def _help(argv: list[str]) -> str:
