@@ -18,7 +18,11 @@ same numbers on any packing of clients into actors and on resume, as on the CPU.
 
 from __future__ import annotations
 
+import ast
+import copy
 import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +63,15 @@ def choose(spec: str, gpu_share: bool | None = None) -> torch.device:
     return torch.device("cuda") if has_cuda and gpu_share is not False else torch.device("cpu")
 
 
+def indexed(device: torch.device | str) -> torch.device:
+    """``device`` with its index (``cuda`` -> ``cuda:N``, the current one), so that it compares
+    equal to its tensors' devices; the CPU as it is."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def prepare_cuda() -> None:
     """Before CUDA starts in this process: cuBLAS's deterministic workspace (a user's own
     setting is kept)."""
@@ -78,3 +91,92 @@ def deterministic(device: torch.device) -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def tensors_in(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
+    """The tensors reachable from a client state (modules' parameters and buffers, optimizer
+    moments, plain tensors in dicts, lists and attributes), each once."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, torch.nn.Module):  # its tensors, each once (an optimizer holds them too)
+        own = [t for t in [*obj.parameters(), *obj.buffers()] if id(t) not in seen]
+        seen.update(id(t) for t in own)
+        return own
+    items: Iterable[Any]
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    elif hasattr(obj, "__dict__"):
+        items = vars(obj).values()
+    else:
+        return []
+    return [t for v in items for t in tensors_in(v, seen)]
+
+
+def move_in_place(state: Any, device: torch.device) -> Any:
+    """Move every tensor of a freshly built client state to ``device``, in place (modules'
+    parameters, optimizer moments, plain tensors: the objects stay, so an optimizer still holds
+    its model's parameters)."""
+    for t in tensors_in(state):
+        if t.device != device:
+            t.data = t.data.to(device)
+    return state
+
+
+def moved(state: Any, device: torch.device) -> Any:
+    """A client state with every tensor on ``device``: the state itself where it is there already,
+    else a deep copy (the original stays where it was)."""
+    if all(t.device == device for t in tensors_in(state)):
+        return state
+    state = copy.deepcopy(state)
+    move_in_place(state, device)
+    return state
+
+
+# torch's factories: without ``device=`` they make a tensor on the CPU
+FACTORIES = frozenset({"as_tensor", "tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "eye",
+                       "rand", "randn", "randint", "linspace"})
+
+
+def _method_calls(tree: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+
+
+def _attr(call: ast.Call) -> str:
+    """The attribute a method call calls (``x.numpy()`` -> ``numpy``)."""
+    return getattr(call.func, "attr", "")
+
+
+def client_functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions of a module with a parameter annotated ``ClientContext`` (or a list of them):
+    client ops, their batched versions and the helpers they call with a context."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            if any(a.annotation is not None and "ClientContext" in ast.unparse(a.annotation) for a in args):
+                yield node
+
+
+def device_slips(paths: Iterable[str | Path]) -> list[str]:
+    """The places in these Python files that would fail on a GPU only, as ``file:line what``:
+    a ``.numpy()`` call (use :func:`to_numpy`), and in client code (:func:`client_functions`) a
+    torch factory without ``device=`` (use ``ctx.tensor`` or ``device=ctx.device``). raysoft's
+    tests run it over raysoft and its examples; a plug-in author can run it over theirs."""
+    found = []
+    for path in map(Path, paths):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for call in _method_calls(tree):
+            if _attr(call) == "numpy" and not call.args and path.name != "devices.py":
+                found.append(f"{path}:{call.lineno} .numpy() (use to_numpy)")
+        for fn in client_functions(tree):
+            for call in _method_calls(fn):
+                owner = getattr(call.func, "value", None)
+                if (isinstance(owner, ast.Name) and owner.id == "torch" and _attr(call) in FACTORIES
+                        and not any(k.arg == "device" for k in call.keywords)):
+                    found.append(f"{path}:{call.lineno} torch.{_attr(call)} without device= in {fn.name}")
+    return found

@@ -23,7 +23,7 @@ from ..algorithms import ClientContext, Plan, make_algorithm
 from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import ClientData, Federation
-from ..devices import deterministic
+from ..devices import deterministic, indexed, move_in_place, moved
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
@@ -52,8 +52,8 @@ class ClientHost:
 
     def __init__(self, cfg: Config, client_ids: Iterable[int], device: str = "cpu") -> None:
         self.cfg = cfg
-        self.device = torch.device(device)
-        deterministic(self.device)  # before the first kernel on a GPU
+        deterministic(torch.device(device))  # before the first kernel on a GPU
+        self.device = indexed(device)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.placement: list[dict[str, Any]] = []  # one process: no actors to describe
         self.late: list[int] = []  # no deadline in-process
@@ -76,7 +76,8 @@ class ClientHost:
         self.visitor_capacity = max(VISITORS_MIN, len(ids))
         for k in ids:
             self.contexts[k] = self._context(k)
-        self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir)
+        self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir,
+                                 self.device)
         if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
             from ..batched import warm_up
 
@@ -95,7 +96,7 @@ class ClientHost:
     def _initial_state(self, k: int) -> Any:
         """Client k's state before its first call, from (seed, client id)."""
         with torch_threads(client_threads(self.cfg)):
-            return _to_device_state(self.algorithm.init_client(self.contexts[k]), self.device)
+            return move_in_place(self.algorithm.init_client(self.contexts[k]), self.device)
 
     @property
     def client_ids(self) -> list[int]:
@@ -120,19 +121,19 @@ class ClientHost:
 
     def get_states(self) -> dict[int, Any]:
         """Every hosted client's state, moved to the CPU (for checkpoints)."""
-        return {k: _state_to(self.states[k], torch.device("cpu")) for k in self.client_ids}
+        return {k: moved(self.states[k], torch.device("cpu")) for k in self.client_ids}
 
     def set_states(self, states: dict[int, Any]) -> None:
         """Restore hosted clients' states (from a checkpoint)."""
         for k, st in states.items():
             if int(k) not in self.contexts:
                 raise KeyError(f"client {k} is not hosted here")
-            self.states[int(k)] = _state_to(st, self.device)
+            self.states[int(k)] = moved(st, self.device)
 
     # balanced rounds: a client's op may run on another host, with its state lent there and back
     def lend(self, client_ids: Iterable[int]) -> dict[int, Any]:
         """The states of hosted clients ``client_ids``, on the CPU, for a call on another host."""
-        return {int(k): _state_to(self.states[int(k)], torch.device("cpu")) for k in client_ids}
+        return {int(k): moved(self.states[int(k)], torch.device("cpu")) for k in client_ids}
 
     def take(self, states: dict[int, Any]) -> None:
         """Take back the updated states of the hosted clients among ``states`` (others' are skipped)."""
@@ -146,7 +147,7 @@ class ClientHost:
         states unchanged), for their hosts' :meth:`take`."""
         guests: dict[int, Any] = {}
         for part in lent:
-            guests.update({int(k): _state_to(st, self.device) for k, st in part.items()})
+            guests.update({int(k): moved(st, self.device) for k, st in part.items()})
         for k in guests:
             if k in self.visitors:
                 self.visitors.move_to_end(k)
@@ -162,7 +163,7 @@ class ClientHost:
             changed = visiting.changed
         finally:
             self.contexts, self.states = own_contexts, own_states
-        return out, {k: _state_to(guests[k], torch.device("cpu")) for k in sorted(changed)}
+        return out, {k: moved(guests[k], torch.device("cpu")) for k in sorted(changed)}
 
     def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU."""
@@ -290,50 +291,3 @@ class _Visiting(MutableMapping):
 
     def __len__(self) -> int:
         return len(set(self.own) | set(self.guests))
-
-
-def _to_device_state(state: Any, device: torch.device) -> Any:
-    """Move every tensor of a freshly built client state to ``device``, in place (modules'
-    parameters, optimizer moments, plain tensors: the objects stay, so an optimizer still holds
-    its model's parameters)."""
-    if device.type != "cpu":
-        for t in _tensors(state):
-            if t.device != device:
-                t.data = t.data.to(device)
-    return state
-
-
-def _state_to(state: Any, device: torch.device) -> Any:
-    """A client state with every tensor and module on ``device`` (a deep copy when moving)."""
-    if device.type == "cpu" and all(p.device.type == "cpu" for p in _tensors(state)):
-        return state
-    import copy
-
-    state = copy.deepcopy(state)
-    for t in _tensors(state):
-        t.data = t.data.to(device)
-    return state
-
-
-def _tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
-    """The tensors reachable from a client state (modules' parameters, optimizer buffers, ...)."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return []
-    seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, torch.nn.Module):  # its tensors, each once (an optimizer holds them too)
-        own = [t for t in [*obj.parameters(), *obj.buffers()] if id(t) not in seen]
-        seen.update(id(t) for t in own)
-        return own
-    items: Iterable[Any]
-    if isinstance(obj, dict):
-        items = obj.values()
-    elif isinstance(obj, (list, tuple)):
-        items = obj
-    elif hasattr(obj, "__dict__"):
-        items = vars(obj).values()
-    else:
-        return []
-    return [t for v in items for t in _tensors(v, seen)]

@@ -1,7 +1,10 @@
 """Where a host keeps its clients' persistent states between their calls.
 
-``ray.client_state: memory`` keeps every state resident (the fastest; a FedSoft client with the
-28x28 CNN and Adam costs about 20 MB, so 1,000 clients need about 20 GB). ``disk`` keeps each
+``ray.client_state: memory`` keeps every state resident on the host's device (the fastest; a
+FedSoft client with the 28x28 CNN and Adam costs about 20 MB, so 1,000 clients need about 20 GB).
+``host`` keeps them resident in the host process's own (CPU) memory and moves a state to the
+host's device only while a call uses it: on a GPU, the states of more clients than the GPU's
+memory holds (on the CPU it is ``memory``). ``disk`` keeps each
 state as a file in a private scratch directory on the host's own node (``ray.state_dir``, else
 the system's temporary folder) and materialises it only while a call uses it: a host then holds
 one client's state at a time (all of a call's clients for batched training), whatever the
@@ -27,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..devices import moved
 from ..results import atomic_path
 
 PREFIX = "raysoft-states-"
@@ -59,18 +63,23 @@ def remove_orphans(folder: Path) -> list[Path]:
 
 
 class StateStore(MutableMapping):
-    """Client id -> state, resident (``memory``) or spilled to files (``disk``); ``make(k)``
-    builds client k's initial state on first use."""
+    """Client id -> state, resident (``memory``), resident in CPU memory and moved to ``device``
+    while used (``host``), or spilled to files (``disk``); ``make(k)`` builds client k's initial
+    state on first use."""
 
-    def __init__(self, mode: str, make: Callable[[int], Any], ids: list[int], directory: str | None = None) -> None:
+    def __init__(self, mode: str, make: Callable[[int], Any], ids: list[int], directory: str | None = None,
+                 device: torch.device | None = None) -> None:
         self.mode = mode
         self._make = make
         self._ids = set(ids)
         self._mem: dict[int, Any] = {}
         self._dir: Path | None = None
-        if mode == "memory":
+        # where a state is kept (None: as it is) and where a call gets it
+        self._keep = torch.device("cpu") if mode == "host" else None
+        self._use = device or torch.device("cpu")
+        if mode in ("memory", "host"):
             for k in ids:
-                self._mem[k] = make(k)
+                self[k] = make(k)
         else:
             if directory is not None:
                 Path(directory).mkdir(parents=True, exist_ok=True)
@@ -86,7 +95,7 @@ class StateStore(MutableMapping):
         if k not in self._ids:
             raise KeyError(k)
         if self._dir is None:
-            return self._mem[k]
+            return self._mem[k] if self._keep is None else moved(self._mem[k], self._use)
         path = self._path(k)
         if not path.exists():
             return self._make(k)
@@ -98,7 +107,7 @@ class StateStore(MutableMapping):
     def __setitem__(self, k: int, state: Any) -> None:
         self._ids.add(k)
         if self._dir is None:
-            self._mem[k] = state
+            self._mem[k] = state if self._keep is None else moved(state, self._keep)
             return
         path = self._path(k)
         with atomic_path(path) as tmp:

@@ -47,9 +47,11 @@ class RayConfig(Section):
         30.0, gt=0.0, description="round_deadline_s: an actor that has not answered after round_deadline_s x its "
         "clients in the call + this grace is left behind as a whole (its clients late)"
     )
-    client_state: Literal["memory", "disk"] = Field(
-        "memory", description="where a host keeps its clients' states between their calls: resident, or as files "
-        "in a scratch directory on its node, loaded only while a call uses them (bounded memory for large N)"
+    client_state: Literal["memory", "host", "disk"] = Field(
+        "memory", description="where a host keeps its clients' states between their calls: resident on its device; "
+        "host: resident in its CPU memory, moved to its GPU only while a call uses them (more clients than the GPU "
+        "holds); disk: as files in a scratch directory on its node, loaded only while a call uses them (bounded "
+        "memory for large N)"
     )
     state_dir: str | None = Field(None, description="client_state: disk: the node-local scratch folder (default: "
                                   "the system's temporary folder)")

@@ -1,4 +1,4 @@
-"""Client states out of RAM (ray.client_state: disk): the same numbers as resident states, a
+"""Client states out of RAM (ray.client_state: disk) or off the device (host): the same numbers as resident states, a
 host holding no state between calls, and checkpoints, resumes and restarts that still match."""
 
 import gc
@@ -23,13 +23,14 @@ def fm_root(tmp_path_factory):
     return root
 
 
-def _on_disk(cfg: dict, tmp_path) -> dict:
-    return {**cfg, "ray": {**cfg.get("ray", {}), "client_state": "disk", "state_dir": str(tmp_path / "scratch")}}
+def _on_disk(cfg: dict, tmp_path, mode: str = "disk") -> dict:
+    return {**cfg, "ray": {**cfg.get("ray", {}), "client_state": mode, "state_dir": str(tmp_path / "scratch")}}
 
 
+@pytest.mark.parametrize("mode", ["disk", "host"])  # host: in CPU memory, on the device while used
 @pytest.mark.parametrize("case", ["fedsoft", "fedem", "local", "ifca", "fpfc"])
-def test_states_on_disk_give_the_pinned_numbers(case, tmp_path):
-    run = raysoft.run(_on_disk(small_config(**SYNC[case]), tmp_path), out=tmp_path)
+def test_states_on_disk_give_the_pinned_numbers(case, mode, tmp_path):
+    run = raysoft.run(_on_disk(small_config(**SYNC[case]), tmp_path, mode), out=tmp_path)
     clean = lambda: raysoft.run(small_config(**SYNC[case]), out=tmp_path / "clean")  # noqa: E731
     assert digest(run) == expected_or_clean(case, clean)
 

@@ -160,3 +160,12 @@ def test_every_example_plug_in_runs_on_cuda_unchanged(example, fm_root, tmp_path
             identical=bool((g == c).all()))
     assert gpu.summary["rounds"] == cpu.summary["rounds"]
     assert rel.max() <= TOLERANCE, rel.sort_values().tail(3)
+
+
+@pytest.mark.parametrize("case", ["fedsoft", "fedem", "local"])
+def test_client_states_kept_off_the_gpu_give_the_same_numbers(case, fm_root, tmp_path):
+    """``ray.client_state: host`` keeps the states in CPU memory, on the GPU only while used."""
+    resident = raysoft.run(_config(case, fm_root, train={"device": DEVICE}), out=tmp_path / "memory")
+    host = raysoft.run(_config(case, fm_root, train={"device": DEVICE}, ray={"client_state": "host"}),
+                       out=tmp_path / "host")
+    assert_same(resident, host)
