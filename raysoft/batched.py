@@ -72,7 +72,10 @@ def use_batched(cfg_train: TrainConfig, model_name: str, model: nn.Module,
     mode = cfg_train.batched_clients
     if mode == "off" or can_batch(model) is not None:
         return False
-    return mode == "on" or model_name in BATCHED_MODELS or (device is not None and device.type == "cuda")
+    gpu = device is not None and device.type == "cuda"
+    if gpu and cfg_train.batch_size is None:  # a full batch's width is the largest client's: one shape per
+        return False  # packing, so on a GPU (kernels chosen by shape) full-batch clients train one by one
+    return mode == "on" or model_name in BATCHED_MODELS or gpu
 
 
 _warm = False

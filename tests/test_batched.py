@@ -309,3 +309,11 @@ def test_fixed_rows_give_every_client_the_same_numbers_in_any_packing(kind):
         for a, b in zip(getattr(opts_together[k], state), getattr(opts_apart[k], state)):
             assert torch.equal(a, b)
     assert not torch.equal(together[0], start[0])
+
+
+def test_on_a_gpu_auto_batches_every_model_it_can_but_not_full_batches():
+    cnn, gpu = ConvNet((1, 8, 8), 3, (2, 3), 8), torch.device("cuda")
+    assert use_batched(TrainConfig(), "cnn", cnn, gpu)
+    assert not use_batched(TrainConfig(), "cnn", cnn, torch.device("cpu"))
+    assert not use_batched(TrainConfig(batch_size=None), "linear", LinearRegression(3), gpu)  # its width: the packing's
+    assert not use_batched(TrainConfig(batched_clients="off"), "cnn", cnn, gpu)

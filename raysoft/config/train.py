@@ -28,8 +28,9 @@ class TrainConfig(Section):
         "where it measured faster (docs/performance.md)"
     )
     gpu_rows: int = Field(
-        32, ge=1, description="on a GPU, batched clients are trained in chunks of exactly this many rows (the "
-        "last padded), so every kernel has one shape and a client's numbers do not depend on its actor's packing"
+        8, ge=1, description="on a GPU, batched clients are trained in chunks of exactly this many rows (the "
+        "last padded), so every kernel has one shape and a client's numbers do not depend on its actor's packing; "
+        "about the clients an actor trains a round (more: fewer launches; fewer: less padding)"
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where a host trains its clients: auto = CUDA where the process has it (on Ray: "

@@ -19,7 +19,7 @@ def test_defaults_resolve_and_round_trip():
     assert d["algorithm"]["estimation_interval"] == 2 and d["algorithm"]["sigma"] == 1e-4
     assert d["train"] == {"optimizer": "adam", "lr": 0.005, "batch_size": 10, "local_epochs": 10,
                           "shuffle": False, "momentum": 0.0, "weight_decay": 0.0, "nan_policy": "stop",
-                          "batched_clients": "auto", "gpu_rows": 32, "device": "auto"}
+                          "batched_clients": "auto", "gpu_rows": 8, "device": "auto"}
     assert parse_config(d) == cfg
 
 
