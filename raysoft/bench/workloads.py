@@ -1,7 +1,8 @@
-"""The benchmark's reference workloads W1-W3 and the systems each is timed on."""
+"""The benchmark's reference workloads W1-W4 and the systems each is timed on."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..config import ConfigError
@@ -13,6 +14,25 @@ SYSTEMS = {"W1": ("raysoft", "bare", "pfl"), "W2": ("raysoft", "bare", "flower",
 PEERS = ("flower", "pfl")  # systems run from a venv of their own on the bare loop's export
 VARIANTS = {"W4": ("fedsoft", "fedavg")}  # W4 runs as each of these algorithms: a row each
 DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0, "W4": 4}  # W3: 0 = 200 uploads
+FEDAVG_FLOORS = ("W2",)  # floors from FedAvg's selection stream; the others' from raysoft's run
+DEFAULT_GPU_SHARE = 0.125  # --gpu-share: a GPU's share per client actor (8 actors on one GPU)
+
+
+def gpu_actors(share: float) -> int:
+    """Client actors of ``share`` GPU each that one GPU holds (Ray packs fractions within a GPU)."""
+    if not 0 < share <= 1:
+        raise ConfigError(f"--gpu-share: a GPU's share per client actor, above 0 and at most 1 (got {share:g})")
+    return max(1, math.floor(1 / share + 1e-9))
+
+
+def on_gpu(raw: dict[str, Any], share: float = DEFAULT_GPU_SHARE) -> dict[str, Any]:
+    """A workload's config for ``--device cuda``: its client actors on ``share`` of one GPU
+    each (``ray.num_gpus_per_actor``; an actor with a GPU share trains on it), one CPU each, as
+    many as the GPU holds (:func:`gpu_actors`; a local Ray of that many CPUs, so that the GPU
+    and not the CPU count bounds the pool)."""
+    actors = gpu_actors(share)
+    return {**raw, "ray": {**raw.get("ray", {}), "num_gpus_per_actor": share, "num_cpus_per_actor": 1,
+                           "num_cpus": actors}}
 
 
 def variants(name: str) -> list[str]:

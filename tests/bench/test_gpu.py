@@ -122,3 +122,52 @@ def test_the_sampler_sees_the_gpu():
         del x
     assert sampler.available and len(sampler.samples) >= 3
     assert sampler.summary()["peak_gpu_mb"] >= 200
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_bare_loop_on_the_gpu_follows_the_cpus(tmp_path, monkeypatch):
+    """W2's bare FedAvg (quick size, 2 rounds) with its models and data on the GPU: the same
+    maths as on the CPU (cuDNN's kernels, TF32 convolutions included, move the last digits)."""
+    from support.images import write_learnable_fmnist
+
+    from raysoft.bench.bare import bare_fedavg
+    from raysoft.bench.workloads import workload_config
+
+    write_learnable_fmnist(tmp_path / "fmnist")
+    monkeypatch.setenv("RAYSOFT_DATA", str(tmp_path / "fmnist"))
+    raw = workload_config("W2", 2, quick=True)
+    cpu, cuda = bare_fedavg(raw), bare_fedavg(raw, device="cuda")
+    assert cuda["updates"] == cpu["updates"] and len(cuda["sec_per_round_all"]) == 2
+    assert cuda["test_loss"] == pytest.approx(cpu["test_loss"], rel=1e-2)
+    assert cuda["timed_window"][1] > cuda["timed_window"][0]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bench_on_the_gpu(tmp_path):
+    """``raysoft bench --device cuda`` at W2's quick size: raysoft on actors of 0.25 GPU, the bare
+    loop and the floor on the GPU, each row with the GPU's columns."""
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+    from support.images import write_learnable_fmnist
+    from support.paths import ROOT
+
+    out = tmp_path / "bench"
+    write_learnable_fmnist(tmp_path / "fmnist")
+    env = {**os.environ, "RAYSOFT_DATA": str(tmp_path / "fmnist")}
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--device", "cuda", "--gpu-share", "0.25",
+                           "--workload", "W2", "--quick", "--rounds", "2", "--flower", "skip", "--pfl", "skip",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = pd.read_parquet(out / "bench.parquet").set_index("system")
+    assert list(table.index) == ["raysoft", "bare", "floor"] and (table["device"] == "cuda").all()
+    assert "(cuda fp32)" in table.loc["floor", "quality_metric"]
+    assert table.loc["floor", "sec_per_round"] < table.loc["bare", "sec_per_round"]
+    if gpu.shutil.which("nvidia-smi"):
+        assert (table.loc[["raysoft", "bare"], "peak_gpu_mb"] > 0).all()
+    assert "peak GPU memory (MB)" in (out / "bench.md").read_text()

@@ -8,11 +8,14 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from support.images import write_learnable_fmnist
 from support.paths import ROOT
 
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
-from raysoft.bench.workloads import variants
+from raysoft.bench.bare import timed_window
+from raysoft.bench.runner import check_device, peer_skip, row
+from raysoft.bench.workloads import gpu_actors, on_gpu, variants
 from raysoft.cli import main as cli_main
 from raysoft.config import ConfigError, parse_config
 
@@ -49,6 +52,82 @@ def test_w4_is_w2_with_a_thousand_clients_as_fedsoft_and_as_fedavg():
     for bad in ("W2@300", "W4:fedavg@30", "W4@many"):
         with pytest.raises(ConfigError, match="--clients: only W4's population"):
             workload_config(bad, 4)
+
+
+@pytest.mark.parametrize("share, actors", [(0.125, 8), (0.25, 4), (0.3, 3), (1 / 3, 3), (0.5, 2), (1.0, 1)])
+def test_on_the_gpu_raysofts_actors_share_it(share, actors):
+    assert gpu_actors(share) == actors
+    for name in ("W1", "W2", "W3", "W4:fedsoft"):
+        raw = workload_config(name, 3, quick=True)
+        cfg = parse_config(on_gpu(raw, share))
+        assert (cfg.ray.num_gpus_per_actor, cfg.ray.num_cpus_per_actor, cfg.ray.num_cpus) == (share, 1.0, actors)
+        assert raw.get("ray", {}).get("num_gpus_per_actor") is None  # the CPU config is left as it was
+    assert parse_config(on_gpu(workload_config("W4:fedsoft", 3))).ray.client_state == "disk"
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5, float("nan")])
+def test_a_gpu_share_outside_0_to_1_is_refused(share):
+    with pytest.raises(ConfigError, match=r"^--gpu-share: a GPU's share per client actor, above 0 and at most 1"):
+        gpu_actors(share)
+
+
+def test_cuda_is_refused_where_torch_finds_none():
+    with pytest.raises(ConfigError, match=r"^--device cuda: torch finds no CUDA on this machine"):
+        check_device("cuda", 0.125, has_cuda=lambda: False)
+    check_device("cuda", 0.125, has_cuda=lambda: True)
+    check_device("cpu", 0.125, has_cuda=lambda: False)
+    with pytest.raises(ConfigError, match="--device: cpu or cuda"):
+        check_device("tpu", 0.125, has_cuda=lambda: True)
+    with pytest.raises(ConfigError, match="--gpu-share"):
+        check_device("cuda", 2.0, has_cuda=lambda: True)
+
+
+def test_peers_on_the_gpu(tmp_path):
+    assert peer_skip("flower", "skip", "cpu") == peer_skip("pfl", "skip", "cuda") == "skip"
+    assert peer_skip("flower", str(tmp_path / "none"), "cpu") is None  # on the CPU it is made on first use
+    assert peer_skip("pfl", ".venv-pfl", "cuda") == "pfl's script trains on the CPU: not a GPU peer"
+    assert peer_skip("flower", str(tmp_path / "none"), "cuda").startswith("no complete Flower venv at ")
+
+
+def test_the_timed_window_leaves_the_warm_up_round_out():
+    assert timed_window([(1.0, 2.0), (2.0, 2.5), (2.5, 3.25)]) == (2.0, 3.25)
+    assert timed_window([(1.0, 2.0)]) == (1.0, 2.0)
+    assert timed_window([]) is None
+
+
+def test_a_row_carries_its_device_and_gpu_columns():
+    cfg = workload_config("W2", 3)
+    res = {"sec_per_round_all": [3.0, 1.0, 2.0], "updates": [60, 60, 60], "quality": 0.5,
+           "quality_metric": "accuracy", "total_s": 9.0}
+    cpu = row("W2", "bare", cfg, res, 900.0, 700.0)
+    assert list(cpu) == COLUMNS
+    assert cpu["device"] == "cpu" and all(np.isnan(cpu[c]) for c in ("gpu_util_pct", "gpu_util_max_pct",
+                                                                        "peak_gpu_mb"))
+    assert (cpu["sec_per_round"], cpu["updates_per_s"], cpu["clients"]) == (1.5, 40.0, 100)
+    gpu = row("W2", "raysoft", cfg, res, 900.0, 700.0, "cuda",
+              {"gpu_util_pct": 71.5, "gpu_util_max_pct": 99.0, "peak_gpu_mb": 7600.0})
+    assert (gpu["device"], gpu["gpu_util_pct"], gpu["gpu_util_max_pct"], gpu["peak_gpu_mb"]) == (
+        "cuda", 71.5, 99.0, 7600.0)
+
+
+def test_markdown_on_the_gpu_has_the_gpu_columns():
+    cfg = workload_config("W2", 3)
+    res = {"sec_per_round_all": [1.0, 0.5], "updates": [60, 60], "quality": 0.5, "quality_metric": "accuracy",
+           "total_s": 3.0}
+    floor = {**res, "sec_per_round_all": [0.01, 0.01], "quality": float("nan"),
+             "quality_metric": "11.2 MFLOP/sample at 51234.5 GFLOP/s (cuda fp32)"}
+    table = pd.DataFrame([
+        row("W2", "raysoft", cfg, res, 3000.0, 2000.0, "cuda",
+            {"gpu_util_pct": 71.5, "gpu_util_max_pct": 99.0, "peak_gpu_mb": 7600.0}),
+        row("W2", "floor", cfg, floor, 900.0, 800.0, "cuda",
+            {"gpu_util_pct": float("nan"), "gpu_util_max_pct": float("nan"), "peak_gpu_mb": 1200.0}),
+    ], columns=COLUMNS)
+    lines = markdown(table).splitlines()
+    assert lines[0].endswith("| GPU busy (%, mean / max) | peak GPU memory (MB) |")
+    assert lines[1].count("---") == 14
+    assert lines[2].endswith("| 0.500 | 120.0 | 3000 | 2000 | 0.5 (accuracy) | – | – | – | 72 / 99 | 7600 |")
+    assert lines[3].endswith("(11.2 MFLOP/sample at 51234.5 GFLOP/s (cuda fp32)) | 0.02× | – | – | – | 1200 |")
+    assert "GPU" not in markdown(table.assign(device="cpu")).splitlines()[0]  # a CPU table is as it was
 
 
 def test_round_stats_skip_the_warm_up_round():
@@ -137,6 +216,10 @@ def test_a_measurement_past_its_deadline_is_stopped(tmp_path):
             ["--worker", "raysoft", "W1"],
             "raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]",
         ),
+        (["--gpu-share", "0", "--flower", "skip"],
+         "raysoft bench: --gpu-share: a GPU's share per client actor, above 0 and at most 1 (got 0)"),
+        (["--device", "cuda", "--long-run"],
+         "raysoft bench: --device cuda: not with --long-run (it measures raysoft on the CPU)"),
     ],
 )
 def test_bad_bench_arguments_are_one_line_and_exit_2(argv, line, capsys):
@@ -145,6 +228,19 @@ def test_bad_bench_arguments_are_one_line_and_exit_2(argv, line, capsys):
     except SystemExit as exit_:  # argparse's errors
         code = exit_.code
     assert code == 2 and capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here: --device cuda would run")
+def test_cuda_without_cuda_is_one_line_before_anything_starts(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--device", "cuda", "--workload", "W2",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "raysoft bench: --device cuda: torch finds no CUDA on this machine (torch.cuda.is_available() is False); "
+        "run it on a machine with an NVIDIA GPU, or use --device cpu"
+    ]
+    assert not out.exists()  # nothing ran, nothing was written
 
 
 @pytest.mark.slow
@@ -178,3 +274,4 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     w1 = table[table["workload"] == "W1"].set_index("system")
     assert np.isfinite(w1["quality"]).all()
     assert "| W2 | bare |" in (out / "bench.md").read_text()
+
