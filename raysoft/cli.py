@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Seconds per round of raysoft against the bare loop, Flower and pfl.",
                        error_prefix="raysoft bench")
     b.add_argument(
-        "--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3, W4 (default: W1-W3; W4 is N = 1,000)"
+        "--workload", default="W1,W2,W3",
+        help="comma-separated: W1, W2, W3, W4, W5 (default: W1-W3; W4 is N = 1,000, W5 FedAvg at N = 10,000)"
     )
     b.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, "
                                               "or this many rounds of N uploads)")

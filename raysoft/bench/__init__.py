@@ -30,7 +30,7 @@ memory over time.
 the bare loop and Flower on it, the floor at the GPU's fp32 matrix rate, and every row with the
 GPU's utilisation and peak memory sampled from nvidia-smi (:mod:`.gpu`).
 
-The modules: :mod:`.workloads` (W1-W4 and their systems), :mod:`.floor` (the floors), :mod:`.gpu`
+The modules: :mod:`.workloads` (W1-W5 and their systems), :mod:`.floor` (the floors), :mod:`.gpu`
 (CUDA's presence, the GPU's matrix rate, the nvidia-smi sampler),
 :mod:`.longrun` (the long-run memory mode), :mod:`.memory` (a process tree's
 RSS and PSS), :mod:`.bare` (the bare loop), :mod:`.worker` (one measurement, in a subprocess:

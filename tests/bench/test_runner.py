@@ -29,7 +29,7 @@ def test_every_workload_is_a_valid_config(name, quick):
     else:
         assert cfg.algorithm.rounds == 4 and cfg.algorithm.eval_every == 4
     if not quick:  # the reference sizes
-        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80, "W4": 1000}[name]
+        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80, "W4": 1000, "W5": 10_000}[name]
     assert parse_config(workload_config("W3", 0)).algorithm.rounds == 200
 
 
@@ -54,10 +54,19 @@ def test_w4_is_w2_with_a_thousand_clients_as_fedsoft_and_as_fedavg():
             workload_config(bad, 4)
 
 
+def test_w5_is_fedavg_with_ten_thousand_small_clients():
+    w2, w5 = parse_config(workload_config("W2", 4)), parse_config(workload_config("W5", 4))
+    assert (w5.algorithm.name, w5.data.clients, w5.algorithm.clients_per_round) == ("fedavg", 10_000, 100)
+    assert (w5.data.samples_min, w5.data.samples_max) == (8, 16)
+    assert w5.model == w2.model and w5.train == w2.train and w5.data.rotations == w2.data.rotations
+    quick = parse_config(workload_config("W5", 2, quick=True))
+    assert (quick.data.clients, quick.algorithm.clients_per_round) == (200, 10)
+
+
 @pytest.mark.parametrize("share, actors", [(0.125, 8), (0.25, 4), (0.3, 3), (1 / 3, 3), (0.5, 2), (1.0, 1)])
 def test_on_the_gpu_raysofts_actors_share_it(share, actors):
     assert gpu_actors(share) == actors
-    for name in ("W1", "W2", "W3", "W4:fedsoft"):
+    for name in ("W1", "W2", "W3", "W4:fedsoft", "W5"):
         raw = workload_config(name, 3, quick=True)
         cfg = parse_config(on_gpu(raw, share))
         assert (cfg.ray.num_gpus_per_actor, cfg.ray.num_cpus_per_actor, cfg.ray.num_cpus) == (share, 1.0, actors)
@@ -186,7 +195,7 @@ def test_an_unknown_workload_is_a_one_line_error():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4)"
+        "raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4, W5)"
     ]
 
 
@@ -275,3 +284,24 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     assert np.isfinite(w1["quality"]).all()
     assert "| W2 | bare |" in (out / "bench.md").read_text()
 
+
+@pytest.mark.slow
+def test_w5_runs_small_on_the_cpu(tmp_path):
+    """W5 at its quick size (200 clients, 10 a round): raysoft, the bare loop and the floor run;
+    on the CPU the GPU columns are empty and the table has none."""
+    out = tmp_path / "bench"
+    write_learnable_fmnist(tmp_path / "fmnist")
+    env = {**os.environ, "RAYSOFT_DATA": str(tmp_path / "fmnist")}
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--workload", "W5", "--quick", "--rounds", "2",
+                           "--flower", "skip", "--pfl", "skip", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = pd.read_parquet(out / "bench.parquet")
+    assert list(table.columns) == COLUMNS
+    assert list(table["system"]) == ["raysoft", "bare", "floor"] and set(table["workload"]) == {"W5"}
+    assert (table["clients"] == 200).all() and (table["updates_per_round"] == 10).all()
+    assert (table["device"] == "cpu").all() and table[["gpu_util_pct", "peak_gpu_mb"]].isna().all().all()
+    w5 = table.set_index("system")
+    assert (w5["sec_per_round"] > 0).all() and w5.loc["floor", "sec_per_round"] < w5.loc["bare", "sec_per_round"]
+    assert abs(w5.loc["raysoft", "quality"] - w5.loc["bare", "quality"]) < 0.02  # the same FedAvg
+    assert "GPU" not in (out / "bench.md").read_text()
