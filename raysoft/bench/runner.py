@@ -186,9 +186,7 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
     W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``;
     ``device="cuda"``: every system on the GPU (raysoft's and Flower's client actors on
     ``gpu_share`` of it each), nvidia-smi sampled during each measurement."""
-    import pandas as pd
-
-    rows = []
+    rows: list[dict[str, Any]] = []
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
     runs = [(w, v + (f"@{clients}" if clients and w == "W4" else "")) for w in workloads for v in variants(w)]
     device_args = ["--device", device, "--gpu-share", repr(gpu_share)] if device == "cuda" else []
@@ -227,11 +225,20 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                         if gpu is not None and gpu.available else "")
             print(f"{name} {system}: {new['sec_per_round']:.3f} s/round, {new['updates_per_s']:.1f} updates/s, "
                   f"peak RSS {sampler.peak:.0f} MB, PSS {sampler.peak_pss:.0f} MB{gpu_text}", file=sys.stderr)
+            write_table(rows, out)  # after every row: a later failure or timeout keeps the rows so far
+    return write_table(rows, out)
+
+
+def write_table(rows: list[dict[str, Any]], out: Path) -> Any:
+    """``bench.parquet`` (atomically) and ``bench.md`` in ``out`` from the rows so far; the table."""
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "bench.parquet") as tmp:
         table.to_parquet(tmp, index=False)
-    (out / "bench.md").write_text(markdown(table))
+    with atomic_path(out / "bench.md") as tmp:
+        tmp.write_text(markdown(table))
     return table
 
 

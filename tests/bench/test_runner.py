@@ -139,6 +139,28 @@ def test_markdown_on_the_gpu_has_the_gpu_columns():
     assert "GPU" not in markdown(table.assign(device="cpu")).splitlines()[0]  # a CPU table is as it was
 
 
+def test_the_rows_so_far_are_kept_when_a_later_system_fails(tmp_path, monkeypatch):
+    """bench.parquet and bench.md are written after every row: a failure (or a timeout) of a
+    later measurement, as on a GPU session's scarce minutes, keeps what was measured."""
+    from types import SimpleNamespace
+
+    from raysoft.bench import runner
+
+    def measure(label, cmd, out_json, timeout, series=False):
+        if label.endswith("bare"):
+            raise RuntimeError(f"{label}: exit 1: boom")
+        res = {"sec_per_round_all": [2.0, 1.0], "updates": [6, 6], "quality": 0.5, "quality_metric": "accuracy",
+               "total_s": 3.0}
+        return res, SimpleNamespace(peak=500.0, peak_pss=400.0)
+
+    monkeypatch.setattr(runner, "_measure", measure)
+    with pytest.raises(RuntimeError, match="W2 bare: exit 1: boom"):
+        runner.bench(["W2"], 2, tmp_path, True, "skip", pfl="skip")
+    kept = pd.read_parquet(tmp_path / "bench.parquet")
+    assert list(kept["system"]) == ["raysoft"] and kept["sec_per_round"].tolist() == [1.0]
+    assert "| W2 | raysoft |" in (tmp_path / "bench.md").read_text()
+
+
 def test_round_stats_skip_the_warm_up_round():
     sec, ups = round_stats([9.0, 2.0, 4.0, 3.0], [60, 60, 30, 60])
     assert sec == 3.0  # median of 2, 4, 3
