@@ -18,15 +18,16 @@ from .workloads import DEFAULT_GPU_SHARE, FEDAVG_FLOORS, on_gpu, workload_config
 
 
 def _quality_of(tables: dict[str, Any], summary: dict[str, Any], workload: str) -> tuple[float, str]:
-    """W1: mean over distributions of the best center's MSE; W2: the mean holdout accuracy of
-    the global model; W3: the mean cluster-model accuracy of the last evaluation."""
+    """W1: mean over distributions of the best center's MSE; W2 and W5 (FedAvg): the mean
+    holdout accuracy of the global model; W3: the mean cluster-model accuracy of the last
+    evaluation."""
     m = tables["metrics"].to_pandas()
     m = m[(m["scope"] == "cluster") & (m["step"] == m["step"].max())]
     if workload == "W1":
         best = m[m["metric"] == "mse"].groupby("eval_dist")["value"].min()
         return float(best.mean()), "center mse"
     acc = m[m["metric"] == "accuracy"]
-    if workload == "W2":
+    if workload in ("W2", "W5"):
         return float(acc[acc["entity"] == 0]["value"].mean()), "accuracy"
     return float(acc.groupby("eval_dist")["value"].max().mean()), "cluster accuracy"
 

@@ -326,4 +326,5 @@ def test_w5_runs_small_on_the_cpu(tmp_path):
     w5 = table.set_index("system")
     assert (w5["sec_per_round"] > 0).all() and w5.loc["floor", "sec_per_round"] < w5.loc["bare", "sec_per_round"]
     assert abs(w5.loc["raysoft", "quality"] - w5.loc["bare", "quality"]) < 0.02  # the same FedAvg
+    assert (table["quality_metric"].iloc[:2] == "accuracy").all()
     assert "GPU" not in (out / "bench.md").read_text()
