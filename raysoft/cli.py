@@ -5,7 +5,7 @@
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
     raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip]
-                  [--long-run] [--timeout S]
+                  [--long-run] [--timeout S] [--device cpu|cuda] [--gpu-share S]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
 
@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Seconds per round of raysoft against the bare loop, Flower and pfl.",
                        error_prefix="raysoft bench")
     b.add_argument(
-        "--workload", default="W1,W2,W3", help="comma-separated: W1, W2, W3, W4 (default: W1-W3; W4 is N = 1,000)"
+        "--workload", default="W1,W2,W3",
+        help="comma-separated: W1, W2, W3, W4, W5 (default: W1-W3; W4 is N = 1,000, W5 FedAvg at N = 10,000)"
     )
     b.add_argument("--rounds", type=int, help="rounds to time (default: W1 6, W2 6; W3 200 uploads, "
                                               "or this many rounds of N uploads)")
@@ -97,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pfl", default=".venv-pfl",
                    help="the virtual environment of pfl 0.6.0, Apple's pfl-research, the peer of W1 and W2 "
                         "(created on first use), or 'skip' (default: %(default)s)")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: every system on the GPU, a GPU floor row, the GPU's utilisation and memory per "
+                        "row; refused where torch finds no CUDA (default: %(default)s)")
+    b.add_argument("--gpu-share", type=float, default=0.125,
+                   help="--device cuda: the share of the GPU each client actor of raysoft and Flower asks for "
+                        "(ray.num_gpus_per_actor; 1/share actors on the GPU; default: %(default)g)")
     # one measurement in a subprocess of raysoft bench: SYSTEM WORKLOAD ROUNDS QUICK(1/0) OUT_JSON [EXPORT]
     b.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     sw = sub.add_parser("sweep", help="a grid of runs (seeds included) as Ray Tune trials")
@@ -124,14 +131,19 @@ def _bench(args: argparse.Namespace) -> int:
             sys.stderr.write("raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]\n")
             return 2
         system, workload, rounds, quick, out, *export = args.worker
-        return worker(system, workload, int(rounds), quick == "1", Path(out), Path(export[0]) if export else None)
+        return worker(system, workload, int(rounds), quick == "1", Path(out), Path(export[0]) if export else None,
+                      args.device, args.gpu_share)
     workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
     if args.long_run:
         from .bench.longrun import main as long_main
 
+        if args.device != "cpu":
+            sys.stderr.write("raysoft bench: --device cuda: not with --long-run (it measures raysoft on the CPU)\n")
+            return 2
+
         return long_main(workloads, args.rounds, args.out, args.quick, args.timeout)
     return bench_main(workloads, args.rounds, args.out, args.quick, args.flower, args.clients, args.pfl,
-                      args.timeout)
+                      args.timeout, args.device, args.gpu_share)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,12 @@ a "round" is N uploads, one per client on average, measured over groups of steps
 at least N. ``--long-run`` (:mod:`.longrun`) runs raysoft alone for many rounds and records its
 memory over time.
 
-The modules: :mod:`.workloads` (W1-W4 and their systems), :mod:`.floor` (the floors),
+``--device cuda`` runs them on the GPU: raysoft's client actors on ``--gpu-share`` of it each,
+the bare loop and Flower on it, the floor at the GPU's fp32 matrix rate, and every row with the
+GPU's utilisation and peak memory sampled from nvidia-smi (:mod:`.gpu`).
+
+The modules: :mod:`.workloads` (W1-W5 and their systems), :mod:`.floor` (the floors), :mod:`.gpu`
+(CUDA's presence, the GPU's matrix rate, the nvidia-smi sampler),
 :mod:`.longrun` (the long-run memory mode), :mod:`.memory` (a process tree's
 RSS and PSS), :mod:`.bare` (the bare loop), :mod:`.worker` (one measurement, in a subprocess:
 ``python -m raysoft.bench --worker ...``), :mod:`.runner` (the orchestration, bench.parquet and

@@ -1,6 +1,8 @@
 """The bare loop: FedAvg and FedSoft as plain Python loops over the selected clients, one
 process, ``torch.optim`` - the floor of a naive implementation of the same maths (the pure
-FedSoft sub-steps, the same client selection streams, the same local steps and averaging)."""
+FedSoft sub-steps, the same client selection streams, the same local steps and averaging).
+``device="cuda"``: the models and every client's data on the GPU, each round's time taken after
+``torch.cuda.synchronize()``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,16 @@ import numpy as np
 from ..config import parse_config
 
 
-def _bare_setup(raw: dict[str, Any]):
+def sync(device: str) -> None:
+    """Wait for the device's queued work (a GPU's kernels run asynchronously), so that a time
+    taken next counts it."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _bare_setup(raw: dict[str, Any], device: str = "cpu"):
     import torch
 
     from ..algorithms.base import ServerContext
@@ -25,18 +36,22 @@ def _bare_setup(raw: dict[str, Any]):
     ctx = ServerContext(cfg=cfg, sizes=fed.sizes, info=fed.info)
     data = [fed.client_data(k) for k in range(fed.num_clients)]
     torch.set_num_threads(2)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("the bare loop on cuda: torch finds no CUDA here")
     return cfg, fed, ctx, data, build_model
 
 
 def _sgd_epochs(model, opt, x, y, task, cfg, rng) -> None:
     """The plain local loop: shuffled mini-batches, mean loss, backward, step."""
+    import torch
     import torch.nn.functional as F
 
     model.train()
     for _ in range(cfg.train.local_epochs):
         order = rng.permutation(len(y)) if cfg.train.shuffle else np.arange(len(y))
+        order_t = torch.as_tensor(order, device=x.device)
         for i in range(0, len(y), cfg.train.batch_size):
-            idx = order[i:i + cfg.train.batch_size]
+            idx = order_t[i:i + cfg.train.batch_size]
             out = model(x[idx])
             loss = F.mse_loss(out, y[idx]) if task == "regression" else F.cross_entropy(out, y[idx])
             opt.zero_grad()
@@ -44,9 +59,10 @@ def _sgd_epochs(model, opt, x, y, task, cfg, rng) -> None:
             opt.step()
 
 
-def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, Any]:
-    """FedAvg as a plain loop; ``export`` writes its clients, selections and initial model for
-    Flower and pfl (``raysoft/bench/flower.py`` and ``pfl_bench.py`` say what the file holds)."""
+def bare_fedavg(raw: dict[str, Any], export: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+    """FedAvg as a plain loop on ``device``; ``export`` writes its clients, selections and
+    initial model for Flower and pfl (``raysoft/bench/flower.py`` and ``pfl_bench.py`` say what
+    the file holds)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
@@ -55,7 +71,7 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
     from ..rng import numpy_rng, seed_sequence
 
     start = time.monotonic()
-    cfg, fed, ctx, data, build_model = _bare_setup(raw)
+    cfg, fed, ctx, data, build_model = _bare_setup(raw, device)
     a, n = cfg.algorithm, fed.sizes
     glob = ctx.new_model("center", 0)
     selections = [uniform_selection(fed.num_clients, a.clients_per_round, numpy_rng(cfg.seed, "select", t))
@@ -76,8 +92,13 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
             algorithm="fedavg", shuffle=cfg.train.shuffle, shuffle_entropy=_entropy(seed_sequence(cfg.seed, "shuffle")),
         )
         np.savez(export, **arrays)
-    local = ctx.new_model("center", 0)
-    times = []
+    glob = glob.to(device)
+    xs = [d.x.to(device) for d in data]
+    ys = [d.y.to(device) for d in data]
+    holdouts = [(x.to(device), y.to(device)) for x, y in holdouts]
+    local = ctx.new_model("center", 0).to(device)
+    times, stamps = [], []
+    sync(device)
     for t, sel in enumerate(selections):
         t0 = time.monotonic()
         g = parameters_to_vector(glob.parameters()).detach().clone()
@@ -85,11 +106,12 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
         for k in sel:
             vector_to_parameters(g.clone(), local.parameters())
             opt = torch.optim.SGD(local.parameters(), lr=cfg.train.lr, momentum=cfg.train.momentum)
-            _sgd_epochs(local, opt, data[k].x, data[k].y, fed.info.task, cfg,
-                        numpy_rng(cfg.seed, "shuffle", k, t))
+            _sgd_epochs(local, opt, xs[k], ys[k], fed.info.task, cfg, numpy_rng(cfg.seed, "shuffle", k, t))
             acc += float(n[k]) * parameters_to_vector(local.parameters()).detach()
         vector_to_parameters(acc / float(sum(n[k] for k in sel)), glob.parameters())
-        times.append(time.monotonic() - t0)
+        sync(device)
+        stamps.append((t0, time.monotonic()))
+        times.append(stamps[-1][1] - t0)
     glob.eval()
     with torch.no_grad():
         outs = [(glob(x), y) for x, y in holdouts]
@@ -98,7 +120,17 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None) -> dict[str, An
         # comparing two runs of the same steps (an accuracy near chance flips with float rounding)
         loss = sum(float(F.cross_entropy(out, y, reduction="sum")) for out, y in outs) / sum(len(y) for _, y in outs)
     return {"sec_per_round_all": times, "updates": [len(s) for s in selections], "quality": float(np.mean(accs)),
-            "quality_metric": "accuracy", "test_loss": loss, "total_s": time.monotonic() - start}
+            "quality_metric": "accuracy", "test_loss": loss, "total_s": time.monotonic() - start,
+            "timed_window": timed_window(stamps)}
+
+
+def timed_window(stamps: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The time.monotonic() span of the timed rounds (after the warm-up round) of rounds that
+    ran over ``stamps`` (start, end); all of them if there is one; None if none ran."""
+    if not stamps:
+        return None
+    timed = stamps[1:] or stamps
+    return timed[0][0], timed[-1][1]
 
 
 def _entropy(seq: np.random.SeedSequence) -> np.ndarray:
@@ -107,8 +139,8 @@ def _entropy(seq: np.random.SeedSequence) -> np.ndarray:
     return np.array(seq.entropy, dtype=np.int64)
 
 
-def bare_fedsoft(raw: dict[str, Any], export: Path | None = None) -> dict[str, Any]:
-    """FedSoft (Algorithm 1) as a plain loop over clients, with FedSoft's pure sub-steps;
+def bare_fedsoft(raw: dict[str, Any], export: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+    """FedSoft (Algorithm 1) as a plain loop over clients on ``device``, with FedSoft's pure sub-steps;
     ``export`` writes its clients, initial models, hyperparameters and random streams for pfl
     (``raysoft/bench/pfl_bench.py`` says what the file holds)."""
     import torch
@@ -119,7 +151,7 @@ def bare_fedsoft(raw: dict[str, Any], export: Path | None = None) -> dict[str, A
     from ..rng import numpy_rng, seed_sequence
 
     start = time.monotonic()
-    cfg, fed, ctx, data, build_model = _bare_setup(raw)
+    cfg, fed, ctx, data, build_model = _bare_setup(raw, device)
     a, lam = cfg.algorithm, cfg.algorithm.prox_weight
     S, N = int(a.num_centers or fed.num_distributions), fed.num_clients
     centers = torch.stack([parameters_to_vector(ctx.new_model("center", s).parameters()).detach() for s in range(S)])
@@ -146,8 +178,14 @@ def bare_fedsoft(raw: dict[str, Any], export: Path | None = None) -> dict[str, A
             shuffle_entropy=_entropy(seed_sequence(cfg.seed, "shuffle")),
         )
         np.savez(export, **arrays)
+    centers = centers.to(device)
+    models = [m.to(device) for m in models]  # in place: the optimizers keep their parameters
+    scratch = scratch.to(device)
+    xs = [d.x.to(device) for d in data]
+    ys = [d.y.to(device) for d in data]
     u = np.full((N, S), 1.0 / S)
-    times, updates = [], []
+    times, updates, stamps = [], [], []
+    sync(device)
     for t in range(a.rounds):
         t0 = time.monotonic()
         if t % a.estimation_interval == 0:
@@ -156,18 +194,18 @@ def bare_fedsoft(raw: dict[str, Any], export: Path | None = None) -> dict[str, A
                     losses = []
                     for s in range(S):
                         vector_to_parameters(centers[s].clone(), scratch.parameters())
-                        losses.append(((scratch(data[k].x) - data[k].y) ** 2).numpy())
+                        losses.append(((scratch(xs[k]) - ys[k]) ** 2).cpu().numpy())
                     u[k] = importance_weights(np.stack(losses), a.sigma)
         selected = select_clients(selection_probabilities(u, fed.sizes), a.clients_per_round,
                                   numpy_rng(cfg.seed, "select", t))
         trainers = sorted({int(k) for sel in selected for k in sel})
         trained = {}
         for k in trainers:
-            uk = torch.as_tensor(u[k], dtype=torch.float32)
-            model, opt, x, y = models[k], opts[k], data[k].x, data[k].y
+            uk = torch.as_tensor(u[k], dtype=torch.float32, device=device)
+            model, opt, x, y = models[k], opts[k], xs[k], ys[k]
             rng = numpy_rng(cfg.seed, "shuffle", k, t)
             for _ in range(cfg.train.local_epochs):
-                order = rng.permutation(len(y))
+                order = torch.as_tensor(rng.permutation(len(y)), device=device)
                 for i in range(0, len(y), cfg.train.batch_size):
                     idx = order[i:i + cfg.train.batch_size]
                     w = parameters_to_vector(model.parameters())
@@ -179,16 +217,19 @@ def bare_fedsoft(raw: dict[str, Any], export: Path | None = None) -> dict[str, A
             trained[k] = parameters_to_vector(model.parameters()).detach().clone()
         centers = torch.stack([torch.stack([trained[int(k)] for k in sel]).mean(0) if len(sel) else centers[s]
                                for s, sel in enumerate(selected)])
-        times.append(time.monotonic() - t0)
+        sync(device)
+        stamps.append((t0, time.monotonic()))
+        times.append(stamps[-1][1] - t0)
         updates.append(len(trainers))
     with torch.no_grad():
         mse = []
         for s in range(fed.num_distributions):
-            x, y = fed.holdout(s)
+            x, y = (v.to(device) for v in fed.holdout(s))
             errs = []
             for c in centers:
                 vector_to_parameters(c.clone(), scratch.parameters())
                 errs.append(float(((scratch(x) - y) ** 2).mean()))
             mse.append(min(errs))
     return {"sec_per_round_all": times, "updates": updates, "quality": float(np.mean(mse)),
-            "quality_metric": "center mse", "total_s": time.monotonic() - start}
+            "quality_metric": "center mse", "total_s": time.monotonic() - start,
+            "timed_window": timed_window(stamps)}

@@ -5,7 +5,9 @@ floating-point work is the FLOP of one training step per sample (forward and bac
 counted by ``torch.utils.flop_counter`` on real W2 client images) times the samples the
 round's selection trains (the same selection stream as FedAvg's). The floor is that work at
 the rate of a large fp32 matrix product on all of this process's threads, measured in the same
-sitting as the other systems: no system that does the arithmetic can be faster.
+sitting as the other systems: no system that does the arithmetic can be faster. With ``--device
+cuda`` the rate is the GPU's (:func:`raysoft.bench.gpu.cuda_matrix_rate`: a timed fp32
+``torch.mm`` on the device); the FLOP are the same.
 """
 
 from __future__ import annotations
@@ -123,30 +125,51 @@ def matrix_rate(samples: int = MATRIX_SAMPLES) -> float:
     return float(np.median([matmul_gflops() for _ in range(samples)]))
 
 
-def floor_w2(raw: dict[str, Any]) -> dict[str, Any]:
-    """The bench worker's result for the ``floor`` system: each round's floor in seconds."""
+def floor_seconds(samples: list[int], flop_per_sample: float, gflops: float) -> list[float]:
+    """Each round's floor: its samples' FLOP at ``gflops`` GFLOP/s."""
+    if not gflops > 0:
+        raise ValueError(f"a matrix rate must be above 0 GFLOP/s (got {gflops:g})")
+    return [s * flop_per_sample / 1e9 / gflops for s in samples]
+
+
+def device_rate(device: str = "cpu") -> tuple[float, str]:
+    """This sitting's matrix rate on ``device`` (GFLOP/s) and how a floor row names it: the
+    CPU's on all threads (:func:`matrix_rate`), or the GPU's fp32 rate
+    (:func:`raysoft.bench.gpu.cuda_matrix_rate`)."""
+    if device == "cuda":
+        from .gpu import cuda_matrix_rate
+
+        rate = cuda_matrix_rate()
+        return rate, f"{rate:.1f} GFLOP/s (cuda fp32)"
+    rate = matrix_rate()
+    return rate, f"{rate:.1f} GFLOP/s"
+
+
+def floor_w2(raw: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
+    """The bench worker's result for the ``floor`` system of a FedAvg workload (W2, W5): each
+    round's floor in seconds, from FedAvg's selection stream, at ``device``'s matrix rate."""
     began = time.monotonic()
     cfg = parse_config(raw)
     per_sample = flop_per_sample(cfg)
-    rate = matrix_rate()
+    rate, rate_text = device_rate(device)
     samples = round_samples(cfg, cfg.algorithm.rounds)
-    return {"sec_per_round_all": [s * per_sample / 1e9 / rate for s in samples],
+    return {"sec_per_round_all": floor_seconds(samples, per_sample, rate),
             "updates": [cfg.algorithm.clients_per_round] * len(samples), "quality": float("nan"),
-            "quality_metric": f"{per_sample / 1e6:.1f} MFLOP/sample at {rate:.1f} GFLOP/s",
+            "quality_metric": f"{per_sample / 1e6:.1f} MFLOP/sample at {rate_text}",
             "total_s": time.monotonic() - began}
 
 
-def floor_of_run(workload: str, raw: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def floor_of_run(workload: str, raw: dict[str, Any], run: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
     """The floor of W3 and W4 from the work of raysoft's run of the same workload (``run``: its
     bench result, whose ``work_all`` holds, per timed round, the samples of each client op the
     algorithm called, of its evaluations, and for a stream the samples trained and passed
     forward): a training op's samples cost a training step each (per local epoch), FedSoft's
     ``estimate`` one forward pass per center, every other op and evaluation one forward pass;
-    at this sitting's matrix-multiply rate."""
+    at this sitting's matrix-multiply rate on ``device``."""
     began = time.monotonic()
     cfg = parse_config(raw)
     train, forward = flop_per_sample(cfg), forward_flop_per_sample(cfg)
-    rate = matrix_rate()
+    rate, rate_text = device_rate(device)
     per_round = []
     for work in run["work_all"]:
         flop = 0.0
@@ -160,5 +183,5 @@ def floor_of_run(workload: str, raw: dict[str, Any], run: dict[str, Any]) -> dic
         per_round.append(flop / 1e9 / rate)
     return {"sec_per_round_all": per_round, "updates": run["updates"][: len(per_round)], "quality": float("nan"),
             "quality_metric": f"{train / 1e6:.1f} / {forward / 1e6:.1f} MFLOP per sample trained / passed forward "
-                              f"at {rate:.1f} GFLOP/s",
+                              f"at {rate_text}",
             "total_s": time.monotonic() - began}

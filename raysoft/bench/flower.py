@@ -4,6 +4,7 @@ A standalone script for the Flower venv (see ``raysoft/bench/flower_env.py``): i
 standard library, numpy, torch and flwr, never ``raysoft``.
 
     <flower-venv>/bin/python raysoft/bench/flower.py --data W2.npz --out result.json [--num-actors 2]
+                                                    [--gpu-share 0.125]
 
 The ``.npz`` holds the clients' data (``x_<k>``, ``y_<k>``, ``num_clients``), the clients of
 every round (``selection`` [rounds, K]), the initial global CNN (``init_<i>`` in
@@ -25,6 +26,13 @@ the actor pool, collecting the replies, FedAvg). ``total_s`` is the wall clock f
 Ray starts to the end of the final test evaluation (Ray start-up, actor start, the node
 discovery, all rounds, Ray shutdown, the test evaluation). Memory is measured from outside, by
 ``raysoft bench``, over this process and all its descendants.
+
+GPU: with ``--gpu-share S`` (> 0) every client asks Ray for S of the GPU
+(``client_resources={"num_cpus": 1, "num_gpus": S}``, Ray started with one GPU) and trains on
+it (model and the client's images moved to ``cuda``; the reply's arrays back on the CPU); the
+server's FedAvg and the final test evaluation stay on the CPU, as Flower's do. ``timed_window``
+in the JSON is the span (``time.monotonic()``, a clock every process of the machine shares) of
+the rounds after the first, for ``raysoft bench``'s GPU sampler.
 
 Output: a JSON file (``--out``) and its path as the last line of stdout; any failure exits 1
 with a one-line error as the last line of stderr.
@@ -177,8 +185,11 @@ def train(msg: Message, context: Context) -> Message:
         y = torch.from_numpy(np.asarray(data[f"y_{client}"], dtype=np.int64).ravel())
         x = torch.from_numpy(np.asarray(data[f"x_{client}"], dtype=np.float32).reshape(len(y), 1, 28, 28))
     n = len(y)
+    device = torch.device("cuda" if bool(cfg["gpu"]) and torch.cuda.is_available() else "cpu")
+    x, y = x.to(device), y.to(device)
     model = make_model((int(cfg["c1"]), int(cfg["c2"])), int(cfg["hidden"]), int(cfg["classes"]))
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    model.to(device)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=float(cfg["momentum"]))
     loss_fn = nn.CrossEntropyLoss()
@@ -187,7 +198,7 @@ def train(msg: Message, context: Context) -> Message:
     bs = int(cfg["batch-size"])
     total, steps = 0.0, 0
     for _ in range(int(cfg["local-epochs"])):
-        order = torch.from_numpy(rng.permutation(n))
+        order = torch.from_numpy(rng.permutation(n)).to(device)
         for i in range(0, n, bs):
             idx = order[i:i + bs]
             optimizer.zero_grad()
@@ -197,7 +208,7 @@ def train(msg: Message, context: Context) -> Message:
             total += float(loss.detach())
             steps += 1
     content = RecordDict({
-        "arrays": ArrayRecord(model.state_dict()),
+        "arrays": ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()}),
         "metrics": MetricRecord({"num-examples": n, "train-loss": total / max(steps, 1)}),
     })
     return Message(content, reply_to=msg)
@@ -216,10 +227,13 @@ class SelectedFedAvg(FedAvg):
         self.selection = selection
         self.node_of = node_of
         self.round_times: list[float] = []
+        self.round_spans: list[tuple[float, float]] = []  # time.monotonic() at each round's start and end
         self._t0 = 0.0
+        self._m0 = 0.0
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
         self._t0 = time.perf_counter()
+        self._m0 = time.monotonic()
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         nodes = [self.node_of[int(c)] for c in self.selection[server_round - 1]]
@@ -237,6 +251,7 @@ class SelectedFedAvg(FedAvg):
         if arrays is None:
             raise RuntimeError(f"round {server_round}: nothing to aggregate")
         self.round_times.append(time.perf_counter() - self._t0)
+        self.round_spans.append((self._m0, time.monotonic()))
         return arrays, metrics
 
 
@@ -291,7 +306,7 @@ def make_server_app(spec: dict, data_path: Path, out: dict) -> ServerApp:
             "batch-size": spec["batch_size"], "local-epochs": spec["local_epochs"],
             "seed": spec["seed"],
             "c1": spec["channels"][0], "c2": spec["channels"][1],
-            "hidden": spec["hidden"], "classes": spec["classes"],
+            "hidden": spec["hidden"], "classes": spec["classes"], "gpu": bool(spec.get("gpu_share", 0.0) > 0),
         })
         model = initial_model(spec)
         result = strategy.start(
@@ -302,6 +317,7 @@ def make_server_app(spec: dict, data_path: Path, out: dict) -> ServerApp:
         )
         out["arrays"] = result.arrays
         out["round_times"] = list(strategy.round_times)
+        out["round_spans"] = list(strategy.round_spans)
 
     return app
 
@@ -309,31 +325,41 @@ def make_server_app(spec: dict, data_path: Path, out: dict) -> ServerApp:
 # --------------------------------------------------------------------------------------------
 
 
-def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
-    if num_actors < 1:
-        raise ValueError("--num-actors must be at least 1")
-    spec = load_spec(data_path)
-    initial_model(spec)  # check the init arrays against the model before starting anything
-    t0 = time.perf_counter()
-    out: dict = {}
-    backend_config = {
-        # Ray started here (never joined), on loopback, without a dashboard, with one CPU
-        # per actor so that exactly num_actors actors run at once
+def backend_config(num_actors: int, gpu_share: float = 0.0) -> dict:
+    """Flower's Ray backend: Ray started here (never joined), on loopback, without a dashboard,
+    with one CPU per actor so that exactly ``num_actors`` actors run at once; ``gpu_share`` > 0:
+    Ray has one GPU and every client asks for that share of it."""
+    return {
         "init_args": {
             "address": "local",
             "_node_ip_address": "127.0.0.1",
             "include_dashboard": False,
             "num_cpus": num_actors,
-            "num_gpus": 0,
+            "num_gpus": 1 if gpu_share > 0 else 0,
         },
-        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+        "client_resources": {"num_cpus": 1, "num_gpus": float(gpu_share)},
     }
+
+
+def bench(data_path: Path, out_path: Path, num_actors: int, gpu_share: float = 0.0) -> dict:
+    if num_actors < 1:
+        raise ValueError("--num-actors must be at least 1")
+    if not 0 <= gpu_share <= 1:
+        raise ValueError(f"--gpu-share must lie in [0, 1] (got {gpu_share})")
+    if gpu_share > 0 and not torch.cuda.is_available():
+        raise RuntimeError("--gpu-share: torch finds no CUDA here")
+    spec = load_spec(data_path)
+    spec["gpu_share"] = gpu_share
+    initial_model(spec)  # check the init arrays against the model before starting anything
+    t0 = time.perf_counter()
+    out: dict = {}
+    backend = backend_config(num_actors, gpu_share)
     run_simulation(
         server_app=make_server_app(spec, data_path, out),
         client_app=client_app,
         num_supernodes=spec["num_clients"],
         backend_name="ray",
-        backend_config=backend_config,
+        backend_config=backend,
     )
     if "arrays" not in out or out["arrays"] is None:
         raise RuntimeError("the Flower simulation ended without a final global model")
@@ -344,6 +370,7 @@ def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
     model.load_state_dict(out["arrays"].to_torch_state_dict())
     acc = accuracy(model, spec["x_test"], spec["y_test"])
     total = time.perf_counter() - t0
+    spans = out["round_spans"]
     result = {
         "system": "flower",
         "flwr_version": importlib.metadata.version("flwr"),
@@ -353,6 +380,8 @@ def bench(data_path: Path, out_path: Path, num_actors: int) -> dict:
         "rounds": int(rounds),
         "clients_per_round": int(k),
         "total_s": float(total),
+        "gpu_share": float(gpu_share),
+        "timed_window": [spans[1][0] if len(spans) > 1 else spans[0][0], spans[-1][1]],
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
@@ -366,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, type=Path, help="the benchmark's .npz")
     parser.add_argument("--out", required=True, type=Path, help="where to write the result JSON")
     parser.add_argument("--num-actors", type=int, default=2, help="Ray actors (1 CPU each) training clients at once")
+    parser.add_argument("--gpu-share", type=float, default=0.0,
+                        help="each client's share of the GPU (client_resources num_gpus); 0: on the CPU")
     args = parser.parse_args(argv)
 
     def _on_sigterm(signum, frame):  # shut Ray down as on Ctrl-C rather than die at once
@@ -373,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        bench(args.data.resolve(), args.out.resolve(), args.num_actors)
+        bench(args.data.resolve(), args.out.resolve(), args.num_actors, args.gpu_share)
     except BaseException as exc:  # one line on stderr for any failure
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise

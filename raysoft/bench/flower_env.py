@@ -85,11 +85,15 @@ def run_flower(
     out_json: Path,
     num_actors: int = 2,
     timeout: float | None = None,
+    gpu_share: float = 0.0,
 ) -> dict:
     """Run ``flower.py`` with the Flower venv's ``python`` on ``data_npz``, writing
-    ``out_json``, and return the parsed JSON. A failure (nonzero exit, timeout, missing or bad
-    JSON) is a one-line :class:`RuntimeError` carrying the last line of the script's stderr."""
+    ``out_json``, and return the parsed JSON (``gpu_share`` > 0: every client on that share of
+    the GPU, ``client_resources``'s ``num_gpus``). A failure (nonzero exit, timeout, missing or
+    bad JSON) is a one-line :class:`RuntimeError` carrying the last line of the script's stderr."""
     args = ["--data", str(data_npz), "--out", str(out_json), "--num-actors", str(int(num_actors))]
+    if gpu_share > 0:
+        args += ["--gpu-share", repr(float(gpu_share))]
     return run_script(python, BENCH_SCRIPT, args, Path(out_json), timeout=timeout)
 
 

@@ -1,5 +1,6 @@
 """``raysoft bench``'s orchestration: every (workload, system) in a subprocess of its own
-(Flower and pfl in their venvs), their timings and peak memory in ``bench.parquet`` and ``bench.md``."""
+(Flower and pfl in their venvs), their timings and peak memory in ``bench.parquet`` and ``bench.md``;
+with ``--device cuda`` on the GPU, with the GPU's utilisation and memory per row (:mod:`.gpu`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,20 @@ import numpy as np
 from ..config import ConfigError
 from ..errors import first_line
 from ..results import atomic_path
+from .gpu import GpuSampler, cuda_available
 from .memory import PeakSampler, tree_memory_mb
-from .workloads import DEFAULT_ROUNDS, PEERS, SYSTEMS, variants, workload_config
+from .workloads import (
+    DEFAULT_GPU_SHARE,
+    DEFAULT_ROUNDS,
+    FEDAVG_FLOORS,
+    PEERS,
+    SYSTEMS,
+    gpu_actors,
+    variants,
+    workload_config,
+)
+
+DEVICES = ("cpu", "cuda")
 
 COLUMNS = [
     "workload",
@@ -37,6 +51,10 @@ COLUMNS = [
     "total_s",
     "coordinator_busy_s",
     "coordinator_mb",
+    "device",
+    "gpu_util_pct",
+    "gpu_util_max_pct",
+    "peak_gpu_mb",
 ]
 
 
@@ -90,17 +108,19 @@ def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
 
 
 def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
-              timeout: float | None) -> tuple[dict[str, Any], PeakSampler]:
+              timeout: float | None, gpu_share: float = 0.0) -> tuple[dict[str, Any], PeakSampler]:
     """Flower or pfl, from its venv (made first if need be), on the bare loop's ``export``; its
     result in the runner's terms and its memory (the peak of this process and its children,
-    less this process's own)."""
+    less this process's own). ``gpu_share`` > 0: Flower's clients on that share of the GPU each,
+    as many actors as the GPU holds."""
     if system == "flower":
         from .flower_env import ensure_flower_venv, run_flower
 
         python = ensure_flower_venv(venv_dir)
+        actors = gpu_actors(gpu_share) if gpu_share > 0 else 2
 
         def run() -> dict[str, Any]:
-            return run_flower(python, export, out_json, num_actors=2, timeout=timeout)
+            return run_flower(python, export, out_json, num_actors=actors, timeout=timeout, gpu_share=gpu_share)
     else:
         from .pfl_env import ensure_pfl_venv, run_pfl
 
@@ -119,55 +139,106 @@ def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
     else:
         quality, metric, updates = peer["quality"], peer["quality_metric"], peer["updates"]
     return {"sec_per_round_all": times, "quality": quality, "quality_metric": metric, "total_s": peer["total_s"],
-            "updates": updates}, sampler
+            "updates": updates, "timed_window": peer.get("timed_window")}, sampler
+
+
+def peer_skip(system: str, venv_dir: str, device: str) -> str | None:
+    """Why a peer is left out of this bench (None: it runs): ``skip`` asked for; on cuda, pfl
+    (its script trains on the CPU) and a Flower venv not made yet (the GPU machine has no
+    network to make one)."""
+    if venv_dir == "skip":
+        return "skip"
+    if device != "cuda":
+        return None
+    if system == "pfl":
+        return "pfl's script trains on the CPU: not a GPU peer"
+    from .flower_env import FLOWER_REQUIREMENTS, STAMP_NAME
+    from .venvs import stamp_matches
+
+    if not stamp_matches(Path(venv_dir), STAMP_NAME, FLOWER_REQUIREMENTS):
+        return f"no complete Flower venv at {venv_dir} (on cuda it is not made: make it beforehand)"
+    return None
+
+
+def row(workload: str, system: str, cfg: dict[str, Any], res: dict[str, Any], peak_rss: float, peak_pss: float,
+        device: str = "cpu", gpu: dict[str, float] | None = None) -> dict[str, Any]:
+    """One row of the bench table from a measurement's result ``res`` (the worker's JSON, or a
+    peer's in the runner's terms), its peak memory and, on cuda, its GPU columns
+    (:func:`raysoft.bench.gpu.gpu_summary`; NaN without)."""
+    sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
+    busy, mb = coordinator_stats(res)
+    nan = float("nan")
+    gpu = gpu or {}
+    return {"workload": workload, "system": system, "algorithm": cfg["algorithm"]["name"],
+            "clients": cfg["data"]["clients"], "sec_per_round": sec, "updates_per_s": ups,
+            "peak_rss_mb": peak_rss, "peak_pss_mb": peak_pss, "rounds": len(res["sec_per_round_all"]),
+            "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
+            "quality_metric": res["quality_metric"], "total_s": res["total_s"],
+            "coordinator_busy_s": busy, "coordinator_mb": mb, "device": device,
+            "gpu_util_pct": gpu.get("gpu_util_pct", nan), "gpu_util_max_pct": gpu.get("gpu_util_max_pct", nan),
+            "peak_gpu_mb": gpu.get("peak_gpu_mb", nan)}
 
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
-          timeout: float | None = None, clients: int | None = None, pfl: str = ".venv-pfl") -> Any:
+          timeout: float | None = None, clients: int | None = None, pfl: str = ".venv-pfl",
+          device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> Any:
     """Run every (workload, system); write ``bench.parquet`` and return its table. ``clients``:
-    W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``."""
-    import pandas as pd
-
-    rows = []
+    W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``;
+    ``device="cuda"``: every system on the GPU (raysoft's and Flower's client actors on
+    ``gpu_share`` of it each), nvidia-smi sampled during each measurement."""
+    rows: list[dict[str, Any]] = []
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
     runs = [(w, v + (f"@{clients}" if clients and w == "W4" else "")) for w in workloads for v in variants(w)]
+    device_args = ["--device", device, "--gpu-share", repr(gpu_share)] if device == "cuda" else []
     for w, name in runs:
         r = rounds or (3 if quick else DEFAULT_ROUNDS[w])  # W3: rounds of N uploads (0: 200 uploads)
         cfg = workload_config(name, 2, quick)
         export = scratch / f"{w}.npz"
         for system in SYSTEMS[w]:
             res_path = scratch / f"{name.replace(':', '-')}-{system}.json"
+            gpu = GpuSampler() if device == "cuda" else None
             if system in PEERS:
                 venv_dir = {"flower": flower, "pfl": pfl}[system]
-                if venv_dir == "skip":
+                why = peer_skip(system, venv_dir, device)
+                if why is not None:
+                    if why != "skip":
+                        print(f"{name} {system}: left out: {why}", file=sys.stderr)
                     continue
-                res, sampler = _run_peer(system, Path(venv_dir), export, res_path, timeout)
+                with gpu if gpu is not None else nullcontext():
+                    res, sampler = _run_peer(system, Path(venv_dir), export, res_path, timeout,
+                                             gpu_share if device == "cuda" else 0.0)
             else:
                 # the bare W1 and W2 loops export their clients for Flower and pfl; W3's and W4's
                 # floors read raysoft's run
                 extra = ([str(export)] if system == "bare" and w in ("W1", "W2") else
-                         [str(scratch / f"{name.replace(':', '-')}-raysoft.json")] if system == "floor" and w != "W2"
-                         else [])
-                cmd = [sys.executable, "-m", "raysoft.bench", "--worker", system, name, str(r), "1" if quick else "0",
-                       str(res_path)] + extra
-                res, sampler = _measure(f"{name} {system}", cmd, res_path, timeout)
-            sec, ups = round_stats(res["sec_per_round_all"], res["updates"])
-            busy, mb = coordinator_stats(res)
-            rows.append({"workload": w, "system": system, "algorithm": cfg["algorithm"]["name"],
-                         "clients": cfg["data"]["clients"],
-                         "sec_per_round": sec, "updates_per_s": ups,
-                         "peak_rss_mb": sampler.peak, "peak_pss_mb": sampler.peak_pss,
-                         "rounds": len(res["sec_per_round_all"]),
-                         "updates_per_round": float(np.mean(res["updates"])), "quality": res["quality"],
-                         "quality_metric": res["quality_metric"], "total_s": res["total_s"],
-                         "coordinator_busy_s": busy, "coordinator_mb": mb})
-            print(f"{name} {system}: {sec:.3f} s/round, {ups:.1f} updates/s, peak RSS {sampler.peak:.0f} MB, "
-                  f"PSS {sampler.peak_pss:.0f} MB", file=sys.stderr)
+                         [str(scratch / f"{name.replace(':', '-')}-raysoft.json")]
+                         if system == "floor" and w not in FEDAVG_FLOORS else [])
+                cmd = [sys.executable, "-m", "raysoft.bench", *device_args, "--worker", system, name, str(r),
+                       "1" if quick else "0", str(res_path)] + extra
+                with gpu if gpu is not None else nullcontext():
+                    res, sampler = _measure(f"{name} {system}", cmd, res_path, timeout)
+            window = res.get("timed_window")
+            summary = gpu.summary((window[0], window[1]) if window else None) if gpu is not None else None
+            rows.append(row(w, system, cfg, res, sampler.peak, sampler.peak_pss, device, summary))
+            new = rows[-1]
+            gpu_text = (f", GPU {new['gpu_util_pct']:.0f}% busy, {new['peak_gpu_mb']:.0f} MB"
+                        if gpu is not None and gpu.available else "")
+            print(f"{name} {system}: {new['sec_per_round']:.3f} s/round, {new['updates_per_s']:.1f} updates/s, "
+                  f"peak RSS {sampler.peak:.0f} MB, PSS {sampler.peak_pss:.0f} MB{gpu_text}", file=sys.stderr)
+            write_table(rows, out)  # after every row: a later failure or timeout keeps the rows so far
+    return write_table(rows, out)
+
+
+def write_table(rows: list[dict[str, Any]], out: Path) -> Any:
+    """``bench.parquet`` (atomically) and ``bench.md`` in ``out`` from the rows so far; the table."""
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=COLUMNS)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "bench.parquet") as tmp:
         table.to_parquet(tmp, index=False)
-    (out / "bench.md").write_text(markdown(table))
+    with atomic_path(out / "bench.md") as tmp:
+        tmp.write_text(markdown(table))
     return table
 
 
@@ -179,13 +250,22 @@ def _num(value: Any, fmt: str) -> str:
     return "–" if value is None or np.isnan(value) else format(value, fmt)
 
 
+def on_cuda(table: Any) -> bool:
+    """Whether any row of the bench table ran on the GPU."""
+    return "device" in table.columns and bool((table["device"] == "cuda").any())
+
+
 def markdown(table: Any) -> str:
     """The bench table, with raysoft's speed-up over each other system of the same workload (the
-    floor's is below 1: raysoft's seconds are that many times the floor's)."""
+    floor's is below 1: raysoft's seconds are that many times the floor's); a table with rows
+    on the GPU has two more columns: the GPU's mean (highest) utilisation over the timed rounds
+    and its peak memory."""
+    gpu = on_cuda(table)
     lines = [
         "| workload | system | algorithm | N | s / round | updates / s | peak RSS (MB) | peak PSS (MB) | quality | "
-        "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "raysoft speed-up | coordinator busy (s / round) | through the coordinator (MB / round) |"
+        + (" GPU busy (%, mean / max) | peak GPU memory (MB) |" if gpu else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if gpu else ""),
     ]
     for _, r in table.iterrows():
         ray = table[(table["workload"] == r["workload"]) & (table["system"] == "raysoft")
@@ -196,8 +276,15 @@ def markdown(table: Any) -> str:
                      f"{r['sec_per_round']:.3f} | "
                      f"{r['updates_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {quality} "
                      f"({r['quality_metric']}) | {ratio} | {_num(r.get('coordinator_busy_s'), '.3f')} | "
-                     f"{_num(r.get('coordinator_mb'), '.1f')} |")
+                     f"{_num(r.get('coordinator_mb'), '.1f')} |" + (gpu_cells(r) if gpu else ""))
     return "\n".join(lines) + "\n"
+
+
+def gpu_cells(r: Any) -> str:
+    """A row's two GPU cells: "mean / max" utilisation and peak memory ("–" where not sampled)."""
+    util, top = r.get("gpu_util_pct"), r.get("gpu_util_max_pct")
+    busy = "–" if util is None or np.isnan(util) else f"{util:.0f} / {_num(top, '.0f')}"
+    return f" {busy} | {_num(r.get('peak_gpu_mb'), '.0f')} |"
 
 
 def check_request(workloads: list[str], rounds: int | None, timeout: float, min_rounds: int, why: str) -> None:
@@ -228,18 +315,33 @@ def command(measure: Callable[[], Any], markdown: Callable[[Any], str], out: str
     return 0
 
 
+def check_device(device: str, gpu_share: float, has_cuda: Callable[[], bool] = cuda_available) -> None:
+    """Refuse (:class:`~raysoft.config.ConfigError`, one line) ``--device cuda`` where torch
+    finds no CUDA, an unknown device, and a GPU share outside (0, 1]."""
+    if device not in DEVICES:
+        raise ConfigError(f"--device: cpu or cuda (got {device!r})")
+    gpu_actors(gpu_share)
+    if device == "cuda" and not has_cuda():
+        raise ConfigError("--device cuda: torch finds no CUDA on this machine (torch.cuda.is_available() is False); "
+                          "run it on a machine with an NVIDIA GPU, or use --device cpu")
+
+
 def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
-         clients: int | None = None, pfl: str = ".venv-pfl", timeout: float = DEFAULT_TIMEOUT_S) -> int:
+         clients: int | None = None, pfl: str = ".venv-pfl", timeout: float = DEFAULT_TIMEOUT_S,
+         device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> int:
     """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
-    line) the directory holding bench.parquet. Bad input: one line on stderr, exit 2; a system
-    that fails or outlasts ``timeout`` seconds (each measurement): one line, exit 1."""
+    line) the directory holding bench.parquet. Bad input (``--device cuda`` without CUDA
+    included, refused before anything starts): one line on stderr, exit 2; a system that fails
+    or outlasts ``timeout`` seconds (each measurement): one line, exit 1."""
 
     def measure() -> Any:
+        check_device(device, gpu_share)
         check_request(workloads, rounds, timeout, 2, "needs at least 2 (the first is the warm-up)")
         if clients is not None:
             if "W4" not in workloads:
                 raise ConfigError("--clients: sets W4's population; add W4 to --workload")
             workload_config(f"W4@{clients}", 2)
-        return bench(workloads, rounds, Path(out), quick, flower, timeout=timeout, clients=clients, pfl=pfl)
+        return bench(workloads, rounds, Path(out), quick, flower, timeout=timeout, clients=clients, pfl=pfl,
+                     device=device, gpu_share=gpu_share)
 
     return command(measure, markdown, out)

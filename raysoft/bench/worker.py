@@ -14,19 +14,20 @@ from typing import Any
 
 from ..config import parse_config
 from .bare import bare_fedavg, bare_fedsoft
-from .workloads import workload_config
+from .workloads import DEFAULT_GPU_SHARE, FEDAVG_FLOORS, on_gpu, workload_config
 
 
 def _quality_of(tables: dict[str, Any], summary: dict[str, Any], workload: str) -> tuple[float, str]:
-    """W1: mean over distributions of the best center's MSE; W2: the mean holdout accuracy of
-    the global model; W3: the mean cluster-model accuracy of the last evaluation."""
+    """W1: mean over distributions of the best center's MSE; W2 and W5 (FedAvg): the mean
+    holdout accuracy of the global model; W3: the mean cluster-model accuracy of the last
+    evaluation."""
     m = tables["metrics"].to_pandas()
     m = m[(m["scope"] == "cluster") & (m["step"] == m["step"].max())]
     if workload == "W1":
         best = m[m["metric"] == "mse"].groupby("eval_dist")["value"].min()
         return float(best.mean()), "center mse"
     acc = m[m["metric"] == "accuracy"]
-    if workload == "W2":
+    if workload in ("W2", "W5"):
         return float(acc[acc["entity"] == 0]["value"].mean()), "accuracy"
     return float(acc.groupby("eval_dist")["value"].max().mean()), "cluster accuracy"
 
@@ -85,6 +86,13 @@ def call_in_fresh_process(fn: Callable[..., Any], *args: Any, timeout: float) ->
     return value
 
 
+def _window(times: list[float]) -> tuple[float, float] | None:
+    """The span of the timed rounds (after the warm-up) between progress marks at ``times``."""
+    if len(times) < 2:
+        return None
+    return times[1] if len(times) > 2 else times[0], times[-1]
+
+
 def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     from ..api import check_data
     from ..backends import run_backend
@@ -120,33 +128,37 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
         joined = int(firsts.max()) if len(firsts) == cfg.data.clients else None
     return {"joined": joined,
             "sec_per_round_all": times, "updates": updates, "quality": quality, "quality_metric": metric,
-            "total_s": total, "coordinator_busy_s_all": [c[0] for c in coordinator],
+            "total_s": total, "timed_window": _window([m[0] for m in marks]),
+            "coordinator_busy_s_all": [c[0] for c in coordinator],
             "coordinator_bytes_all": [c[1] for c in coordinator], "work_all": done,
             "marks": [(m[0], m[1]) for m in marks]}  # (time.monotonic(), round or upload) of each step
 
 
-def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None) -> int:
+def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None,
+           device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> int:
     """Measure ``system`` on ``workload`` and write the result to the JSON file ``out`` (``export``:
     where the bare loop writes its clients for Flower and pfl). Started by :func:`raysoft.bench.bench`
-    as ``python -m raysoft.bench --worker SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]``
-    (QUICK: 1 or 0), whose arguments raysoft/cli.py parses."""
+    as ``python -m raysoft.bench [--device cuda --gpu-share S] --worker SYSTEM WORKLOAD ROUNDS QUICK
+    OUT_JSON [EXPORT]`` (QUICK: 1 or 0), whose arguments raysoft/cli.py parses. ``device="cuda"``:
+    raysoft's client actors on ``gpu_share`` of the GPU each (:func:`on_gpu`), the bare loop on
+    the GPU, the floor at the GPU's matrix rate."""
     raw = workload_config(workload, rounds, quick)
     if system == "raysoft":
-        res = run_raysoft(workload, raw)
+        res = run_raysoft(workload, on_gpu(raw, gpu_share) if device == "cuda" else raw)
     elif system == "floor":
         from .floor import floor_of_run, floor_w2
 
-        # W2's floor follows FedAvg's selection stream; the others' count the work of raysoft's
-        # own run of the workload (``export``: its result), which must come first
-        if workload == "W2":
-            res = floor_w2(raw)
+        # W2's and W5's floors follow FedAvg's selection stream; the others' count the work of
+        # raysoft's own run of the workload (``export``: its result), which must come first
+        if workload.partition("@")[0] in FEDAVG_FLOORS:
+            res = floor_w2(raw, device)
         elif export is None:
             raise ValueError(f"the floor of {workload} needs raysoft's result of the workload (EXPORT)")
         else:
-            res = floor_of_run(workload, raw, json.loads(Path(export).read_text()))
+            res = floor_of_run(workload, raw, json.loads(Path(export).read_text()), device)
     elif workload == "W1":
-        res = bare_fedsoft(raw, export)
+        res = bare_fedsoft(raw, export, device)
     else:
-        res = bare_fedavg(raw, export)
+        res = bare_fedavg(raw, export, device)
     out.write_text(json.dumps(res))
     return 0

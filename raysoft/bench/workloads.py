@@ -1,18 +1,38 @@
-"""The benchmark's reference workloads W1-W3 and the systems each is timed on."""
+"""The benchmark's reference workloads W1-W5 and the systems each is timed on."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..config import ConfigError
 
-WORKLOADS = ("W1", "W2", "W3", "W4")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 # raysoft first: W3's and W4's floors count the work of its run
 SYSTEMS = {"W1": ("raysoft", "bare", "pfl"), "W2": ("raysoft", "bare", "flower", "pfl", "floor"),
-           "W3": ("raysoft", "floor"), "W4": ("raysoft", "floor")}
+           "W3": ("raysoft", "floor"), "W4": ("raysoft", "floor"), "W5": ("raysoft", "bare", "floor")}
 PEERS = ("flower", "pfl")  # systems run from a venv of their own on the bare loop's export
 VARIANTS = {"W4": ("fedsoft", "fedavg")}  # W4 runs as each of these algorithms: a row each
-DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0, "W4": 4}  # W3: 0 = 200 uploads
+DEFAULT_ROUNDS = {"W1": 6, "W2": 6, "W3": 0, "W4": 4, "W5": 4}  # W3: 0 = 200 uploads
+FEDAVG_FLOORS = ("W2", "W5")  # floors from FedAvg's selection stream; the others' from raysoft's run
+DEFAULT_GPU_SHARE = 0.125  # --gpu-share: a GPU's share per client actor (8 actors on one GPU)
+
+
+def gpu_actors(share: float) -> int:
+    """Client actors of ``share`` GPU each that one GPU holds (Ray packs fractions within a GPU)."""
+    if not 0 < share <= 1:
+        raise ConfigError(f"--gpu-share: a GPU's share per client actor, above 0 and at most 1 (got {share:g})")
+    return max(1, math.floor(1 / share + 1e-9))
+
+
+def on_gpu(raw: dict[str, Any], share: float = DEFAULT_GPU_SHARE) -> dict[str, Any]:
+    """A workload's config for ``--device cuda``: its client actors on ``share`` of one GPU
+    each (``ray.num_gpus_per_actor``; an actor with a GPU share trains on it), one CPU each, as
+    many as the GPU holds (:func:`gpu_actors`; a local Ray of that many CPUs, so that the GPU
+    and not the CPU count bounds the pool)."""
+    actors = gpu_actors(share)
+    return {**raw, "ray": {**raw.get("ray", {}), "num_gpus_per_actor": share, "num_cpus_per_actor": 1,
+                           "num_cpus": actors}}
 
 
 def variants(name: str) -> list[str]:
@@ -44,6 +64,11 @@ def workload_config(name: str, rounds: int, quick: bool = False) -> dict[str, An
         return raw
     if algorithm:
         raise ConfigError(f"--workload: {name} has no algorithm variants (got {name}:{algorithm})")
+    if name == "W5":  # FedAvg at N = 10,000: W2's data and CNN, 8-16 images a client, 100 clients a round
+        raw = workload_config("W2", rounds, quick)
+        raw["data"] = {**raw["data"], "clients": 200 if quick else 10_000, "samples_min": 8, "samples_max": 16}
+        raw["algorithm"] = {**raw["algorithm"], "clients_per_round": 10 if quick else 100}
+        return raw
     if name == "W1":  # FedSoft, synthetic linear regression (jobs/fedsoft_synthetic.yaml)
         clients, k = (10, 6) if quick else (100, 60)
         return {

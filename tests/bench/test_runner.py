@@ -8,11 +8,14 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from support.images import write_learnable_fmnist
 from support.paths import ROOT
 
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
-from raysoft.bench.workloads import variants
+from raysoft.bench.bare import timed_window
+from raysoft.bench.runner import check_device, peer_skip, row
+from raysoft.bench.workloads import gpu_actors, on_gpu, variants
 from raysoft.cli import main as cli_main
 from raysoft.config import ConfigError, parse_config
 
@@ -26,7 +29,7 @@ def test_every_workload_is_a_valid_config(name, quick):
     else:
         assert cfg.algorithm.rounds == 4 and cfg.algorithm.eval_every == 4
     if not quick:  # the reference sizes
-        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80, "W4": 1000}[name]
+        assert cfg.data.clients == {"W1": 100, "W2": 100, "W3": 80, "W4": 1000, "W5": 10_000}[name]
     assert parse_config(workload_config("W3", 0)).algorithm.rounds == 200
 
 
@@ -49,6 +52,113 @@ def test_w4_is_w2_with_a_thousand_clients_as_fedsoft_and_as_fedavg():
     for bad in ("W2@300", "W4:fedavg@30", "W4@many"):
         with pytest.raises(ConfigError, match="--clients: only W4's population"):
             workload_config(bad, 4)
+
+
+def test_w5_is_fedavg_with_ten_thousand_small_clients():
+    w2, w5 = parse_config(workload_config("W2", 4)), parse_config(workload_config("W5", 4))
+    assert (w5.algorithm.name, w5.data.clients, w5.algorithm.clients_per_round) == ("fedavg", 10_000, 100)
+    assert (w5.data.samples_min, w5.data.samples_max) == (8, 16)
+    assert w5.model == w2.model and w5.train == w2.train and w5.data.rotations == w2.data.rotations
+    quick = parse_config(workload_config("W5", 2, quick=True))
+    assert (quick.data.clients, quick.algorithm.clients_per_round) == (200, 10)
+
+
+@pytest.mark.parametrize("share, actors", [(0.125, 8), (0.25, 4), (0.3, 3), (1 / 3, 3), (0.5, 2), (1.0, 1)])
+def test_on_the_gpu_raysofts_actors_share_it(share, actors):
+    assert gpu_actors(share) == actors
+    for name in ("W1", "W2", "W3", "W4:fedsoft", "W5"):
+        raw = workload_config(name, 3, quick=True)
+        cfg = parse_config(on_gpu(raw, share))
+        assert (cfg.ray.num_gpus_per_actor, cfg.ray.num_cpus_per_actor, cfg.ray.num_cpus) == (share, 1.0, actors)
+        assert raw.get("ray", {}).get("num_gpus_per_actor") is None  # the CPU config is left as it was
+    assert parse_config(on_gpu(workload_config("W4:fedsoft", 3))).ray.client_state == "disk"
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5, float("nan")])
+def test_a_gpu_share_outside_0_to_1_is_refused(share):
+    with pytest.raises(ConfigError, match=r"^--gpu-share: a GPU's share per client actor, above 0 and at most 1"):
+        gpu_actors(share)
+
+
+def test_cuda_is_refused_where_torch_finds_none():
+    with pytest.raises(ConfigError, match=r"^--device cuda: torch finds no CUDA on this machine"):
+        check_device("cuda", 0.125, has_cuda=lambda: False)
+    check_device("cuda", 0.125, has_cuda=lambda: True)
+    check_device("cpu", 0.125, has_cuda=lambda: False)
+    with pytest.raises(ConfigError, match="--device: cpu or cuda"):
+        check_device("tpu", 0.125, has_cuda=lambda: True)
+    with pytest.raises(ConfigError, match="--gpu-share"):
+        check_device("cuda", 2.0, has_cuda=lambda: True)
+
+
+def test_peers_on_the_gpu(tmp_path):
+    assert peer_skip("flower", "skip", "cpu") == peer_skip("pfl", "skip", "cuda") == "skip"
+    assert peer_skip("flower", str(tmp_path / "none"), "cpu") is None  # on the CPU it is made on first use
+    assert peer_skip("pfl", ".venv-pfl", "cuda") == "pfl's script trains on the CPU: not a GPU peer"
+    assert peer_skip("flower", str(tmp_path / "none"), "cuda").startswith("no complete Flower venv at ")
+
+
+def test_the_timed_window_leaves_the_warm_up_round_out():
+    assert timed_window([(1.0, 2.0), (2.0, 2.5), (2.5, 3.25)]) == (2.0, 3.25)
+    assert timed_window([(1.0, 2.0)]) == (1.0, 2.0)
+    assert timed_window([]) is None
+
+
+def test_a_row_carries_its_device_and_gpu_columns():
+    cfg = workload_config("W2", 3)
+    res = {"sec_per_round_all": [3.0, 1.0, 2.0], "updates": [60, 60, 60], "quality": 0.5,
+           "quality_metric": "accuracy", "total_s": 9.0}
+    cpu = row("W2", "bare", cfg, res, 900.0, 700.0)
+    assert list(cpu) == COLUMNS
+    assert cpu["device"] == "cpu" and all(np.isnan(cpu[c]) for c in ("gpu_util_pct", "gpu_util_max_pct",
+                                                                        "peak_gpu_mb"))
+    assert (cpu["sec_per_round"], cpu["updates_per_s"], cpu["clients"]) == (1.5, 40.0, 100)
+    gpu = row("W2", "raysoft", cfg, res, 900.0, 700.0, "cuda",
+              {"gpu_util_pct": 71.5, "gpu_util_max_pct": 99.0, "peak_gpu_mb": 7600.0})
+    assert (gpu["device"], gpu["gpu_util_pct"], gpu["gpu_util_max_pct"], gpu["peak_gpu_mb"]) == (
+        "cuda", 71.5, 99.0, 7600.0)
+
+
+def test_markdown_on_the_gpu_has_the_gpu_columns():
+    cfg = workload_config("W2", 3)
+    res = {"sec_per_round_all": [1.0, 0.5], "updates": [60, 60], "quality": 0.5, "quality_metric": "accuracy",
+           "total_s": 3.0}
+    floor = {**res, "sec_per_round_all": [0.01, 0.01], "quality": float("nan"),
+             "quality_metric": "11.2 MFLOP/sample at 51234.5 GFLOP/s (cuda fp32)"}
+    table = pd.DataFrame([
+        row("W2", "raysoft", cfg, res, 3000.0, 2000.0, "cuda",
+            {"gpu_util_pct": 71.5, "gpu_util_max_pct": 99.0, "peak_gpu_mb": 7600.0}),
+        row("W2", "floor", cfg, floor, 900.0, 800.0, "cuda",
+            {"gpu_util_pct": float("nan"), "gpu_util_max_pct": float("nan"), "peak_gpu_mb": 1200.0}),
+    ], columns=COLUMNS)
+    lines = markdown(table).splitlines()
+    assert lines[0].endswith("| GPU busy (%, mean / max) | peak GPU memory (MB) |")
+    assert lines[1].count("---") == 14
+    assert lines[2].endswith("| 0.500 | 120.0 | 3000 | 2000 | 0.5 (accuracy) | – | – | – | 72 / 99 | 7600 |")
+    assert lines[3].endswith("(11.2 MFLOP/sample at 51234.5 GFLOP/s (cuda fp32)) | 0.02× | – | – | – | 1200 |")
+    assert "GPU" not in markdown(table.assign(device="cpu")).splitlines()[0]  # a CPU table is as it was
+
+
+def test_the_rows_so_far_are_kept_when_a_later_system_fails(tmp_path, monkeypatch):
+    """bench.parquet and bench.md are written after every row: a failure (or a timeout) of a
+    later measurement, as on a GPU session's scarce minutes, keeps what was measured."""
+    from types import SimpleNamespace
+
+    from raysoft.bench import runner
+
+    def measure(label, cmd, out_json, timeout, series=False):
+        if label.endswith("bare"):
+            raise RuntimeError(f"{label}: exit 1: boom")
+        res = {"sec_per_round_all": [2.0, 1.0], "updates": [6, 6], "quality": 0.5, "quality_metric": "accuracy",
+               "total_s": 3.0}
+        return res, SimpleNamespace(peak=500.0, peak_pss=400.0)
+
+    monkeypatch.setattr(runner, "_measure", measure)
+    with pytest.raises(RuntimeError, match="W2 bare: exit 1: boom"):
+        runner.bench(["W2"], 2, tmp_path, True, "skip", pfl="skip")
+    kept = pd.read_parquet(tmp_path / "bench.parquet")
+    assert list(kept["system"]) == ["raysoft"] and kept["sec_per_round"].tolist() == [1.0]
+    assert "| W2 | raysoft |" in (tmp_path / "bench.md").read_text()
 
 
 def test_round_stats_skip_the_warm_up_round():
@@ -107,7 +217,7 @@ def test_an_unknown_workload_is_a_one_line_error():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4)"
+        "raysoft bench: --workload: unknown workload 'W9' (known: W1, W2, W3, W4, W5)"
     ]
 
 
@@ -137,6 +247,10 @@ def test_a_measurement_past_its_deadline_is_stopped(tmp_path):
             ["--worker", "raysoft", "W1"],
             "raysoft bench: error: --worker takes SYSTEM WORKLOAD ROUNDS QUICK OUT_JSON [EXPORT]",
         ),
+        (["--gpu-share", "0", "--flower", "skip"],
+         "raysoft bench: --gpu-share: a GPU's share per client actor, above 0 and at most 1 (got 0)"),
+        (["--device", "cuda", "--long-run"],
+         "raysoft bench: --device cuda: not with --long-run (it measures raysoft on the CPU)"),
     ],
 )
 def test_bad_bench_arguments_are_one_line_and_exit_2(argv, line, capsys):
@@ -145,6 +259,19 @@ def test_bad_bench_arguments_are_one_line_and_exit_2(argv, line, capsys):
     except SystemExit as exit_:  # argparse's errors
         code = exit_.code
     assert code == 2 and capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here: --device cuda would run")
+def test_cuda_without_cuda_is_one_line_before_anything_starts(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--device", "cuda", "--workload", "W2",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "raysoft bench: --device cuda: torch finds no CUDA on this machine (torch.cuda.is_available() is False); "
+        "run it on a machine with an NVIDIA GPU, or use --device cpu"
+    ]
+    assert not out.exists()  # nothing ran, nothing was written
 
 
 @pytest.mark.slow
@@ -178,3 +305,26 @@ def test_bench_quick_runs_raysoft_and_the_bare_loop(tmp_path):
     w1 = table[table["workload"] == "W1"].set_index("system")
     assert np.isfinite(w1["quality"]).all()
     assert "| W2 | bare |" in (out / "bench.md").read_text()
+
+
+@pytest.mark.slow
+def test_w5_runs_small_on_the_cpu(tmp_path):
+    """W5 at its quick size (200 clients, 10 a round): raysoft, the bare loop and the floor run;
+    on the CPU the GPU columns are empty and the table has none."""
+    out = tmp_path / "bench"
+    write_learnable_fmnist(tmp_path / "fmnist")
+    env = {**os.environ, "RAYSOFT_DATA": str(tmp_path / "fmnist")}
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "bench", "--workload", "W5", "--quick", "--rounds", "2",
+                           "--flower", "skip", "--pfl", "skip", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = pd.read_parquet(out / "bench.parquet")
+    assert list(table.columns) == COLUMNS
+    assert list(table["system"]) == ["raysoft", "bare", "floor"] and set(table["workload"]) == {"W5"}
+    assert (table["clients"] == 200).all() and (table["updates_per_round"] == 10).all()
+    assert (table["device"] == "cpu").all() and table[["gpu_util_pct", "peak_gpu_mb"]].isna().all().all()
+    w5 = table.set_index("system")
+    assert (w5["sec_per_round"] > 0).all() and w5.loc["floor", "sec_per_round"] < w5.loc["bare", "sec_per_round"]
+    assert abs(w5.loc["raysoft", "quality"] - w5.loc["bare", "quality"]) < 0.02  # the same FedAvg
+    assert (table["quality_metric"].iloc[:2] == "accuracy").all()
+    assert "GPU" not in (out / "bench.md").read_text()

@@ -69,7 +69,7 @@ def test_the_measurement_jobs_start(script, tmp_path):
 @pytest.mark.parametrize("script, args, message", [
     ("side_by_side.py", ["--repeats", "0"], "--repeats: calls timed per process, at least 1 (got 0)"),
     ("trim_cost.py", ["--pairs", "0"], "--pairs: runs of each setting, at least 1 (got 0)"),
-    ("trim_cost.py", ["--workload", "W9"], "--workload: unknown workload 'W9' (known: W1, W2, W3, W4)"),
+    ("trim_cost.py", ["--workload", "W9"], "--workload: unknown workload 'W9' (known: W1, W2, W3, W4, W5)"),
     ("w4_backends.py", ["--rounds", "0"], "--rounds: rounds of each run, at least 1 (got 0)"),
 ])
 @pytest.mark.slow
