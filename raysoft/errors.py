@@ -34,9 +34,13 @@ def first_line(err: BaseException) -> str:
 
 
 def error_line(err: BaseException) -> str:
-    """An error's message and its notes, on one line (its type name if it has no message)."""
+    """An error's message and its notes, on one line (its type name if it has no message); each
+    part that does not end a sentence is ended with a full stop before the next, so that a note
+    ("The run directory is kept ...") never runs into the message."""
     parts = [one_line(part) for part in (str(err), *getattr(err, "__notes__", ())) if str(part).strip()]
-    return " ".join(parts) or type(err).__name__
+    ended = [p if i == len(parts) - 1 or p.endswith((".", "!", "?", ":", ";")) else f"{p}."
+             for i, p in enumerate(parts)]
+    return " ".join(ended) or type(err).__name__
 
 
 class RaysoftError(Exception):

@@ -93,7 +93,10 @@ def test_the_cli_maps_the_family_to_its_exit_codes(monkeypatch, capsys):
 def test_the_one_line_helpers():
     err = ValueError("first\n  second line\n")
     err.add_note("a note")
-    assert error_line(err) == "first second line a note"
+    assert error_line(err) == "first second line. a note"
+    ended = RuntimeError("stopped.")
+    ended.add_note("The run directory is kept.")
+    assert error_line(ended) == "stopped. The run directory is kept."
     assert first_line(err) == "first"
     assert first_line(RuntimeError("\n\n  the cause  \ntraceback")) == "the cause"
     assert first_line(KeyError()) == "KeyError" == error_line(KeyError())
