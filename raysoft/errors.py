@@ -95,6 +95,11 @@ class ClientFailure(RunFailure, RuntimeError):
     """A client actor died; the coordinator recovers from the last checkpoint."""
 
 
+class RecoveryFailure(RunFailure, RuntimeError):
+    """The client actors could not be restarted and restored after a failure, in every attempt:
+    the run stops, one line; a checkpointed run can be resumed."""
+
+
 class UpdateError(RunFailure, RuntimeError):
     """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
 

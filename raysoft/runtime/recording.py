@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..errors import ClientFailure
+from ..errors import ClientFailure, RecoveryFailure, one_line
 from ..evaluation import evaluate_centers
 from ..results import Recorder
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -196,6 +196,7 @@ class CoordinatorBase:
     def recover(self, attempts: int = 5) -> None:
         """Restart dead actors and restore the last checkpoint; retry while the cluster is
         still changing (e.g. a node is going away)."""
+        last = ""
         for attempt in range(attempts):
             try:
                 self.executor.recover()
@@ -203,6 +204,7 @@ class CoordinatorBase:
                 self.event("restored", f"continuing from round {self.round}")
                 return
             except ClientFailure as err:
+                last = one_line(err)
                 self.event("actor_died", f"during recovery: {err}")
                 time.sleep(min(2.0**attempt, 10.0))
-        raise RuntimeError(f"could not recover the client actors after {attempts} attempts")
+        raise RecoveryFailure(f"could not recover the client actors after {attempts} attempts (the last: {last})")
