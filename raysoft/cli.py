@@ -17,7 +17,8 @@ line on stdout is the new run (or comparison, report, bench) directory. A bad co
 prints one line on stderr naming the key and the problem, and exits with code 2. A run stopped by its own
 failure after it had results (a non-finite update, a failure writing them) prints one line saying where
 they are and exits with code 1; SIGTERM or Ctrl-C prints one line saying what was kept and exits with
-128 + the signal's number.
+128 + the signal's number. ``--traceback`` (or ``RAYSOFT_TRACEBACK=1``) writes an error's whole
+traceback before its one line.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
-from .errors import RaysoftError, error_line, exit_code
-from .options import add_cluster, add_overrides, add_progress
+from .errors import RaysoftError, error_line, exit_code, full_traceback
+from .options import add_cluster, add_overrides, add_progress, add_traceback, wants_traceback
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one kind (default: all four)")
     ls.add_argument("names", nargs="*", metavar="NAME",
                     help="only these (built-in or registered names, or import paths module:Name)")
+    for p in (r, c, sw, ls):
+        add_traceback(p)
     for p in (r, c, rp, b, sw, ls):
         p.set_defaults(subparser=p)
     return parser
@@ -203,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             print((path / "comparison.md").read_text(), end="")
             print(path)
     except RaysoftError as err:  # a refusal (exit 2) or a run that stopped (exit 1)
+        if wants_traceback(args):  # the whole traceback first, the one line last
+            sys.stderr.write(full_traceback(err))
         sys.stderr.write(f"raysoft: {err.kind}: {error_line(err)}\n")
         return exit_code(err)
     except KeyboardInterrupt as err:  # SIGINT, or SIGTERM during a run (raysoft.interrupts)

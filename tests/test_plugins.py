@@ -303,8 +303,38 @@ def test_a_plugin_raising_in_a_client_op_ends_the_run_naming_it_and_the_client(p
         raysoft.run(cfg, out=tmp_path / "out")
     msg = str(err.value)
     assert "algorithm 'serverlr_i:ServerLR' raised in client op 'train' of client 7, round 0" in msg
-    assert "ValueError: this client's data is bad" in msg and "\n" not in msg
+    assert f"ValueError: this client's data is bad (at serverlr_i.py:{BAD_LINE})" in msg and "\n" not in msg
     assert not any((tmp_path / "out").iterdir())  # a run without checkpoints leaves nothing
+
+
+# the line of SERVER_LR's module (as written) where a client's training raises
+BAD_LINE = textwrap.dedent(SERVER_LR).splitlines().index('        raise ValueError("this client\'s data is bad")') + 1
+
+
+def test_a_plugin_failure_with_checkpoints_is_one_line_and_traceback_shows_it_whole(plugdir, tmp_path, capsys,
+                                                                                    monkeypatch):
+    from raysoft.cli import main as cli_main
+
+    write(plugdir, "serverlr_t.py", SERVER_LR)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_t:ServerLR", "clients_per_round": 10,
+                                                          "fail_client": 7}, output={"checkpoint_every": 1})))
+    assert cli_main(["run", str(cfg), "--out", str(tmp_path / "a")]) == 1
+    err = capsys.readouterr().err
+    (kept,) = (tmp_path / "a").iterdir()
+    assert err == (
+        "raysoft: run stopped: algorithm 'serverlr_t:ServerLR' raised in client op 'train' of client 7, round 0: "
+        f"ValueError: this client's data is bad (at serverlr_t.py:{BAD_LINE}). The run directory is kept in {kept} "
+        f"(no checkpoint yet: resuming starts it again); continue with: raysoft run --resume {kept}.\n")
+    for how in (["--traceback"], []):
+        if not how:
+            monkeypatch.setenv("RAYSOFT_TRACEBACK", "1")
+        assert cli_main(["run", str(cfg), "--out", str(tmp_path / f"b{len(how)}"), *how]) == 1
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0] == "Traceback (most recent call last):"
+        assert f'serverlr_t.py", line {BAD_LINE}, in _train' in "\n".join(lines)
+        assert lines[-2] == "ValueError: this client's data is bad"
+        assert lines[-1].startswith("raysoft: run stopped: algorithm 'serverlr_t:ServerLR' raised in client op")
 
 
 @pytest.mark.slow
@@ -319,8 +349,10 @@ def test_on_ray_the_plugin_is_shipped_to_the_actors_and_its_failure_is_one_line(
     pd.testing.assert_frame_equal(values(on_ray), values(here))
     bad = small_config(algorithm={"name": "serverlr_j:ServerLR", "clients_per_round": 10, "fail_client": 3},
                        ray=ray_cfg)
-    with pytest.raises(PluginFailure, match=r"raised in client op 'train' of client 3, round 0: ValueError"):
+    with pytest.raises(PluginFailure, match=r"raised in client op 'train' of client 3, round 0: ValueError") as err:
         raysoft.run(bad, out=tmp_path / "bad")
+    assert str(err.value).endswith(f"serverlr_j.py:{BAD_LINE})")  # the user's line, from the actor
+    assert f'serverlr_j.py", line {BAD_LINE}, in _train' in err.value.trace  # --traceback's text came along
 
 
 def test_the_mlflow_logger_records_every_metric_row(tmp_path, monkeypatch):

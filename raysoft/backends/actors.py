@@ -47,7 +47,9 @@ def plain_error(err: BaseException) -> BaseException | None:
         if isinstance(e, ray.exceptions.RayTaskError):
             e = e.cause
         elif isinstance(e, _PLAIN):
-            return type(e)(str(e))
+            plain = type(e)(str(e))
+            plain.__dict__.update(e.__dict__)  # what it carries (a plug-in's traceback as text, notes)
+            return plain
         else:
             return None
     return None
