@@ -145,6 +145,37 @@ def test_a_plugins_states_are_checkpointed_and_resumed(plugdir, tmp_path):
     pd.testing.assert_frame_equal(values(resumed), values(whole))
 
 
+def test_a_checkpoint_that_could_not_be_resumed_stops_the_run_at_once(plugdir, tmp_path, capsys):
+    # the server state's class lives in a helper module: not allowed in a checkpoint unless listed
+    from raysoft.cli import main as cli_main
+
+    write(plugdir, "servermath_d.py", "from dataclasses import dataclass\n\nimport torch\n\n\n@dataclass\n"
+                                      "class MomentumState:\n    model: torch.Tensor\n")
+    helper = textwrap.dedent(SERVER_LR).replace(
+        "@dataclass\nclass ServerLRState:\n    model: torch.Tensor\n",
+        "from servermath_d import MomentumState as ServerLRState\n")
+    assert "from servermath_d import" in helper
+    write(plugdir, "serverlr_d.py", helper)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_d:ServerLR", "rounds": 40},
+                                               output={"checkpoint_every": 1})))
+    assert cli_main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "raysoft: error: output.checkpoint_every: algorithm 'serverlr_d:ServerLR''s checkpoint holds "
+        "servermath_d.MomentumState, which --resume would refuse, so the run stopped at its first checkpoint; list "
+        "the class in the algorithm's state_types (state_types = (MomentumState,)) or define it in the plug-in's "
+        "own module\n")
+    assert list((tmp_path / "out").iterdir()) == []  # nothing written
+    # the fix the line gives: the run checkpoints, and its checkpoint resumes
+    listed = "    Settings = ServerLRConfig\n    state_types = (ServerLRState,)\n"
+    write(plugdir, "serverlr_e.py", helper.replace("    Settings = ServerLRConfig\n", listed))
+    from raysoft.runtime.checkpoint import load_checkpoint
+
+    fixed = raysoft.run(small_config(algorithm={"name": "serverlr_e:ServerLR"}, output={"checkpoint_every": 1}),
+                        out=tmp_path / "fixed")
+    assert type(load_checkpoint(fixed.run_dir)["state"]).__name__ == "MomentumState"
+
+
 @pytest.mark.slow
 def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdir, tmp_path):
     write(plugdir, "serverlr_c.py", SERVER_LR)

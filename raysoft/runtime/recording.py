@@ -17,7 +17,7 @@ from ..config import Config
 from ..errors import ClientFailure, RecoveryFailure, one_line
 from ..evaluation import evaluate_centers
 from ..results import Recorder
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint, prove_loadable, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,9 @@ class CoordinatorBase:
         blob = {name: getattr(self, name) for name in self.CHECKPOINTED}
         blob.update(elapsed=self.elapsed(), recorder=self.recorder.columns, clients=self.executor.get_states())
         save_checkpoint(self.run_dir, blob, self.recorder)
+        if not getattr(self, "_proved", False):  # the first one loads, or the run stops (one line)
+            prove_loadable(self.run_dir, self.cfg.algorithm.name)
+            self._proved = True
 
     def restore(self, blob: dict[str, Any] | None) -> None:
         """Continue from a checkpoint; with none, start the run again from the beginning (the
