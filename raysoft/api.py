@@ -120,6 +120,10 @@ def check_data(cfg: Config) -> Config:
     for kind, name in plugin_names(cfg):
         if not is_builtin(kind, name):
             resolve(kind, name)
+    if not is_builtin("algorithms", cfg.algorithm.name):  # its client ops (set on the object) are known now
+        from .algorithms import make_algorithm
+
+        make_algorithm(cfg.algorithm)
     verify = (
         None if is_builtin("datasets", cfg.data.name) else getattr(resolve("datasets", cfg.data.name), "verify", None)
     )

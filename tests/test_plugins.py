@@ -149,29 +149,29 @@ def test_a_checkpoint_that_could_not_be_resumed_stops_the_run_at_once(plugdir, t
     # the server state's class lives in a helper module: not allowed in a checkpoint unless listed
     from raysoft.cli import main as cli_main
 
-    write(plugdir, "servermath_d.py", "from dataclasses import dataclass\n\nimport torch\n\n\n@dataclass\n"
+    write(plugdir, "servermath_y.py", "from dataclasses import dataclass\n\nimport torch\n\n\n@dataclass\n"
                                       "class MomentumState:\n    model: torch.Tensor\n")
     helper = textwrap.dedent(SERVER_LR).replace(
         "@dataclass\nclass ServerLRState:\n    model: torch.Tensor\n",
-        "from servermath_d import MomentumState as ServerLRState\n")
-    assert "from servermath_d import" in helper
-    write(plugdir, "serverlr_d.py", helper)
+        "from servermath_y import MomentumState as ServerLRState\n")
+    assert "from servermath_y import" in helper
+    write(plugdir, "serverlr_y.py", helper)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_d:ServerLR", "rounds": 40},
+    cfg.write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_y:ServerLR", "rounds": 40},
                                                output={"checkpoint_every": 1})))
     assert cli_main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
-        "raysoft: error: output.checkpoint_every: algorithm 'serverlr_d:ServerLR''s checkpoint holds "
-        "servermath_d.MomentumState, which --resume would refuse, so the run stopped at its first checkpoint; list "
+        "raysoft: error: output.checkpoint_every: algorithm 'serverlr_y:ServerLR''s checkpoint holds "
+        "servermath_y.MomentumState, which --resume would refuse, so the run stopped at its first checkpoint; list "
         "the class in the algorithm's state_types (state_types = (MomentumState,)) or define it in the plug-in's "
         "own module\n")
     assert list((tmp_path / "out").iterdir()) == []  # nothing written
     # the fix the line gives: the run checkpoints, and its checkpoint resumes
     listed = "    Settings = ServerLRConfig\n    state_types = (ServerLRState,)\n"
-    write(plugdir, "serverlr_e.py", helper.replace("    Settings = ServerLRConfig\n", listed))
+    write(plugdir, "serverlr_z.py", helper.replace("    Settings = ServerLRConfig\n", listed))
     from raysoft.runtime.checkpoint import load_checkpoint
 
-    fixed = raysoft.run(small_config(algorithm={"name": "serverlr_e:ServerLR"}, output={"checkpoint_every": 1}),
+    fixed = raysoft.run(small_config(algorithm={"name": "serverlr_z:ServerLR"}, output={"checkpoint_every": 1}),
                         out=tmp_path / "fixed")
     assert type(load_checkpoint(fixed.run_dir)["state"]).__name__ == "MomentumState"
 
@@ -195,11 +195,11 @@ def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdi
 
 @pytest.mark.slow
 def test_raysoft_list_shows_a_plugins_settings(plugdir):
-    write(plugdir, "serverlr_d.py", SERVER_LR)
-    out = subprocess.run([RAYSOFT, "list", "algorithms", "serverlr_d:ServerLR"], capture_output=True, text=True,
+    write(plugdir, "serverlr_p.py", SERVER_LR)
+    out = subprocess.run([RAYSOFT, "list", "algorithms", "serverlr_p:ServerLR"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "serverlr_d:ServerLR  [import path]" in out.stdout
+    assert "serverlr_p:ServerLR  [import path]" in out.stdout
     assert "FedAvg with a server step size." in out.stdout
     assert "server_lr: float = 1.0  # the server's step towards the clients' average" in out.stdout
     assert "rounds: int = 100" in out.stdout
@@ -287,6 +287,9 @@ BAD = [  # (modules, sections, what the one line says)
     ({"typo.py": "def f(:\n"}, {"algorithm": {"name": "typo:X"}}, "importing 'typo' failed: SyntaxError"),
     ({"serverlr_e.py": SERVER_LR}, {"algorithm": {"name": "serverlr_e:Nope"}}, "has no attribute 'Nope'"),
     ({"half.py": NO_ROUND}, {"algorithm": {"name": "half:Half"}}, "missing method round"),
+    ({"serverlr_n.py": SERVER_LR.replace('"evaluate": _evaluate}', "}")},
+     {"algorithm": {"name": "serverlr_n:ServerLR"}},
+     "algorithm 'serverlr_n:ServerLR': client_ops has no 'evaluate' op (its ops: train); add evaluate("),
     ({"odd.py": NOT_SETTINGS}, {"algorithm": {"name": "odd:Odd"}}, "Settings must be a subclass"),
     ({"serverlr_f.py": SERVER_LR}, {"algorithm": {"name": "serverlr_f:ServerLR", "server_lr": 0}},
      "algorithm.server_lr: Input should be greater than 0"),
@@ -325,6 +328,23 @@ def test_the_resolver_caches_and_checks_by_kind(plugdir):
         resolve("datasets", "serverlr_h:ServerLR")
     with pytest.raises(PluginError, match="unknown kind of plug-in"):
         resolve("optimizers", "adam")
+
+
+def test_a_client_call_of_an_op_the_plugin_lacks_is_one_line_naming_the_ops(plugdir, tmp_path):
+    write(plugdir, "serverlr_m.py", SERVER_LR.replace('yield ClientCall("train"', 'yield ClientCall("trian"'))
+    with pytest.raises(PluginFailure) as err:
+        raysoft.run(small_config(algorithm={"name": "serverlr_m:ServerLR"}), out=tmp_path / "out")
+    assert str(err.value) == ("algorithm 'serverlr_m:ServerLR': its round 0 asked the clients for op 'trian', which "
+                              "is not in its client_ops (evaluate, train)")
+    assert not any((tmp_path / "out").iterdir())
+
+
+def test_a_plugin_without_an_evaluate_op_is_refused_before_anything_starts(plugdir, tmp_path):
+    write(plugdir, "serverlr_o.py", SERVER_LR.replace('"evaluate": _evaluate}', "}"))
+    with pytest.raises(PluginError, match=r"^algorithm 'serverlr_o:ServerLR': client_ops has no 'evaluate' op "
+                                          r"\(its ops: train\); add evaluate\("):
+        raysoft.run(small_config(algorithm={"name": "serverlr_o:ServerLR"}), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_plugin_raising_in_a_client_op_ends_the_run_naming_it_and_the_client(plugdir, tmp_path):
