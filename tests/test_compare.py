@@ -210,3 +210,14 @@ def test_compare_resume_refuses_what_is_not_a_comparison(tmp_path, capsys):
     assert cli_main(["compare"]) == 2
     assert "give a CONFIG file" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_compare_that_kept_nothing_is_removed(tmp_path):
+    # the first algorithm fails, without checkpoints: no run to keep, no comparison left behind
+    from raysoft.errors import UpdateError
+
+    raw = small_config()
+    raw["regimes"] = {"fedsoft": {"train": {"lr": 1e30}}}
+    with pytest.raises(UpdateError) as err:
+        compare(raw, ["fedsoft", "fedavg"], out=tmp_path)
+    assert list(tmp_path.iterdir()) == [] and "comparison is kept" not in str(err.value)
