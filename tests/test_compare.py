@@ -221,3 +221,16 @@ def test_a_compare_that_kept_nothing_is_removed(tmp_path):
     with pytest.raises(UpdateError) as err:
         compare(raw, ["fedsoft", "fedavg"], out=tmp_path)
     assert list(tmp_path.iterdir()) == [] and "comparison is kept" not in str(err.value)
+
+
+def test_a_comparisons_manifest_gives_back_its_configs(tmp_path, monkeypatch):
+    import raysoft.compare
+
+    monkeypatch.setattr(raysoft.compare, "_run_all", lambda d, *a, **k: d)  # the manifest alone
+    raw = small_config(clock={"speeds": "equal", "round_deadline_s": 5.0}, algorithm={"estimation_interval": 3})
+    raw["regimes"] = {"fedavg": {"train": {"lr": 0.01}}}
+    d = compare(raw, ["fedsoft", "fedavg"], out=tmp_path)
+    manifest = yaml.safe_load((d / "compare.yaml").read_text())
+    assert manifest["algorithms"] == ["fedsoft", "fedavg"]
+    assert algorithm_configs(manifest["config"], manifest["algorithms"]) == algorithm_configs(raw, ["fedsoft",
+                                                                                                    "fedavg"])
