@@ -330,11 +330,17 @@ def test_the_resolver_caches_and_checks_by_kind(plugdir):
         resolve("optimizers", "adam")
 
 
-def test_a_client_call_of_an_op_the_plugin_lacks_is_one_line_naming_the_ops(plugdir, tmp_path):
-    write(plugdir, "serverlr_m.py", SERVER_LR.replace('yield ClientCall("train"', 'yield ClientCall("trian"'))
+@pytest.mark.parametrize("backend", ["inprocess", pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.ray])])
+def test_a_client_call_of_an_op_the_plugin_lacks_is_one_line_naming_the_ops(plugdir, tmp_path, backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    module = f"serverlr_m_{backend}"
+    write(plugdir, f"{module}.py", SERVER_LR.replace('yield ClientCall("train"', 'yield ClientCall("trian"'))
+    cfg = small_config(algorithm={"name": f"{module}:ServerLR"},
+                       ray={"backend": backend, "clients_per_actor": 5, "placement": "none"})
     with pytest.raises(PluginFailure) as err:
-        raysoft.run(small_config(algorithm={"name": "serverlr_m:ServerLR"}), out=tmp_path / "out")
-    assert str(err.value) == ("algorithm 'serverlr_m:ServerLR': its round 0 asked the clients for op 'trian', which "
+        raysoft.run(cfg, out=tmp_path / "out")
+    assert str(err.value) == (f"algorithm '{module}:ServerLR': its round 0 asked the clients for op 'trian', which "
                               "is not in its client_ops (evaluate, train)")
     assert not any((tmp_path / "out").iterdir())
 
