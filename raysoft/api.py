@@ -11,6 +11,9 @@ failed run never leaves a half-written result. What a failure keeps:
   checkpoints; a checkpointed run keeps its directory, resumable;
 * a failure after training (writing, renaming, publishing): the results are kept where they
   are, and the error (:class:`~raysoft.errors.RunStopped`) says where.
+
+A run to a URI runs into a local staging folder (``tempfile.mkdtemp``) and publishes it; the
+folder is removed on success and on failure, but for a failure to publish (kept, and said).
 """
 
 from __future__ import annotations
@@ -56,8 +59,13 @@ class RunResult:
             object.__setattr__(self, "location", str(self.run_dir))
 
     def table(self, name: str) -> pd.DataFrame:
-        """One of the run's Parquet tables: ``metrics``, ``weights`` or ``clients``."""
-        return pd.read_parquet(self.run_dir / f"{name}.parquet")
+        """One of the run's Parquet tables: ``metrics``, ``weights`` or ``clients`` (a run
+        published to a URI: read from there, its local staging copy being removed)."""
+        if self.run_dir.is_dir() or not is_uri(self.location):
+            return pd.read_parquet(self.run_dir / f"{name}.parquet")
+        fs, path = pafs.FileSystem.from_uri(self.location)
+        with fs.open_input_file(f"{path.rstrip('/')}/{name}.parquet") as f:
+            return pd.read_parquet(f)
 
     @property
     def metrics(self) -> pd.DataFrame:
@@ -112,6 +120,10 @@ def check_data(cfg: Config) -> Config:
     for kind, name in plugin_names(cfg):
         if not is_builtin(kind, name):
             resolve(kind, name)
+    if not is_builtin("algorithms", cfg.algorithm.name):  # its client ops (set on the object) are known now
+        from .algorithms import make_algorithm
+
+        make_algorithm(cfg.algorithm)
     verify = (
         None if is_builtin("datasets", cfg.data.name) else getattr(resolve("datasets", cfg.data.name), "verify", None)
     )
@@ -202,12 +214,41 @@ def run(
         raise ConfigError(f"dir_name: {why}")
     check_resources(cfg)
     uri = cfg.output.dir if is_uri(cfg.output.dir) else None
-    if uri is not None:  # run into a local staging folder, then publish with pyarrow.fs
-        fs, base = _filesystem(uri)
-        if cfg.output.checkpoint_every:
-            raise ConfigError("output.checkpoint_every: checkpoints need a local output.dir (not a URI)")
-        staging = tempfile.mkdtemp(prefix="raysoft-")
-        cfg = _replace(cfg, "output", dir=staging)
+    if uri is None:
+        result = _run_local(cfg, progress, dir_name)
+        log.info("results in %s", result.run_dir)
+        return result
+    # run into a local staging folder, then publish with pyarrow.fs; the folder is removed
+    # afterwards, unless an error says the results are kept in it (RunStopped)
+    fs, base = _filesystem(uri)
+    if cfg.output.checkpoint_every:
+        raise ConfigError("output.checkpoint_every: checkpoints need a local output.dir (not a URI)")
+    staging = tempfile.mkdtemp(prefix="raysoft-")
+    try:
+        with stop_on_signals():
+            result = _run_local(_replace(cfg, "output", dir=staging), progress, dir_name)
+            final, run_id, summary = result.run_dir, result.run_id, result.summary
+            target = f"{base.rstrip('/')}/{final.name}"
+            location = f"{uri.rstrip('/')}/{final.name}"
+            try:  # one writer: this driver publishes the finished run
+                fs.create_dir(target, recursive=True)
+                pafs.copy_files(str(final), target, destination_filesystem=fs)
+            except BaseException as err:  # pyarrow raises several types, or a signal: one line
+                why = f"stopped by {signal.Signals(err.signum).name}" if isinstance(err, Interrupted) else one_line(err)
+                raise RunStopped(f"the run finished but publishing it to {location} failed ({why}); "
+                                 f"its complete results are kept in {final}") from err
+    except RunStopped:  # it says the results are kept in the staging folder
+        raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    log.info("results in %s", location)
+    return RunResult(run_dir=final, run_id=run_id, summary=summary, location=location)
+
+
+def _run_local(cfg: Config, progress: str | None, dir_name: str | None) -> RunResult:
+    """:func:`run` into the local folder ``output.dir``."""
     out_dir = _prepare_out(cfg.output.dir)
     run_id = new_run_id(cfg)
     final = out_dir / (dir_name or run_id)
@@ -227,18 +268,6 @@ def run(
         tables, summary, callbacks = _train(cfg, run_id, work, progress, resume=False, fresh=True)
         _finish(cfg, work, final, tables, summary)
         _end_callbacks(callbacks, summary, final)
-    if uri is not None:  # one writer: this driver publishes the finished run
-        target = f"{base.rstrip('/')}/{final.name}"
-        location = f"{uri.rstrip('/')}/{final.name}"
-        try:
-            fs.create_dir(target, recursive=True)
-            pafs.copy_files(str(final), target, destination_filesystem=fs)
-        except Exception as err:  # pyarrow raises several types; one line
-            raise RunStopped(f"the run finished but publishing it to {location} failed ({one_line(err)}); "
-                             f"its complete results are kept in {final}") from err
-        log.info("results in %s", location)
-        return RunResult(run_dir=final, run_id=run_id, summary=summary, location=location)
-    log.info("results in %s", final)
     return RunResult(run_dir=final, run_id=run_id, summary=summary)
 
 

@@ -3,6 +3,7 @@
     raysoft run CONFIG [--set section.key=value ...] [--out DIR] [--address ADDR]
     raysoft run --resume RUN_DIR
     raysoft compare CONFIG [--algorithms fedsoft,ifca,...] [--set ...] [--out DIR]
+    raysoft compare --resume COMPARE_DIR
     raysoft report RUN_DIR [RUN_DIR ...] [--out DIR]
     raysoft bench [--workload W1,W2,W3] [--rounds N] [--out DIR] [--quick] [--flower DIR|skip] [--pfl DIR|skip]
                   [--long-run] [--timeout S] [--device cpu|cuda] [--gpu-share S]
@@ -16,7 +17,8 @@ line on stdout is the new run (or comparison, report, bench) directory. A bad co
 prints one line on stderr naming the key and the problem, and exits with code 2. A run stopped by its own
 failure after it had results (a non-finite update, a failure writing them) prints one line saying where
 they are and exits with code 1; SIGTERM or Ctrl-C prints one line saying what was kept and exits with
-128 + the signal's number.
+128 + the signal's number. ``--traceback`` (or ``RAYSOFT_TRACEBACK=1``) writes an error's whole
+traceback before its one line.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
-from .errors import RaysoftError, error_line, exit_code
-from .options import add_cluster, add_overrides, add_progress
+from .errors import RaysoftError, error_line, exit_code, full_traceback
+from .options import add_cluster, add_overrides, add_progress, add_traceback, wants_traceback
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,9 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster(r, jobs_api=True)
     add_progress(r)
     c = sub.add_parser("compare", help="run several algorithms on identical clients and seeds")
-    c.add_argument("config", help="experiment YAML (see jobs/compare_fmnist.yaml)")
-    c.add_argument("--algorithms", default=",".join(COMPARE_DEFAULT),
-                   help="comma-separated algorithm names (default: %(default)s)")
+    c.add_argument("config", nargs="?", help="experiment YAML (see jobs/compare_fmnist.yaml)")
+    c.add_argument("--algorithms", help=f"comma-separated algorithm names (default: {','.join(COMPARE_DEFAULT)})")
+    c.add_argument("--resume", metavar="COMPARE_DIR",
+                   help="continue an interrupted comparison: keep its finished runs, resume its checkpointed "
+                        "ones, run the rest")
     add_overrides(c)
     c.add_argument("--out", help="where the comparison directory goes (overrides output.dir)")
     add_cluster(c)
@@ -117,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one kind (default: all four)")
     ls.add_argument("names", nargs="*", metavar="NAME",
                     help="only these (built-in or registered names, or import paths module:Name)")
+    for p in (r, c, sw, ls):
+        add_traceback(p)
     for p in (r, c, rp, b, sw, ls):
         p.set_defaults(subparser=p)
     return parser
@@ -196,14 +202,24 @@ def main(argv: list[str] | None = None) -> int:
             path = sweep(args.sweep, out=args.out, address=args.address, resume=args.resume)
             print(path)
         elif args.command == "compare":
-            from .compare import compare
+            from .compare import compare, resume_compare
 
-            algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-            raw = load_raw(args.config, args.overrides)
-            path = compare(raw, algorithms, out=args.out, progress=args.progress, address=args.address)
+            if args.resume:
+                if args.config or args.overrides or args.out or args.algorithms:
+                    raise ConfigError("--resume takes the comparison directory only (its compare.yaml is the config)")
+                path = resume_compare(args.resume, progress=args.progress, address=args.address)
+            else:
+                if not args.config:
+                    raise ConfigError("compare: give a CONFIG file (or --resume COMPARE_DIR)")
+                algorithms = [a.strip() for a in (args.algorithms or ",".join(COMPARE_DEFAULT)).split(",")
+                              if a.strip()]
+                raw = load_raw(args.config, args.overrides)
+                path = compare(raw, algorithms, out=args.out, progress=args.progress, address=args.address)
             print((path / "comparison.md").read_text(), end="")
             print(path)
     except RaysoftError as err:  # a refusal (exit 2) or a run that stopped (exit 1)
+        if wants_traceback(args):  # the whole traceback first, the one line last
+            sys.stderr.write(full_traceback(err))
         sys.stderr.write(f"raysoft: {err.kind}: {error_line(err)}\n")
         return exit_code(err)
     except KeyboardInterrupt as err:  # SIGINT, or SIGTERM during a run (raysoft.interrupts)

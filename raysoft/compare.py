@@ -20,15 +20,18 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
-from .api import _prepare_out, check_resources, is_uri, run
+from .api import _prepare_out, check_resources, is_uri, resume, run
 from .config import Config, ConfigError, parse_config
+from .interrupts import Interrupted, stop_on_signals
 from .plugins import is_stream_algorithm, settings_class, short_name
 from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
@@ -100,47 +103,139 @@ def _row(name: str, run: RunData) -> list[dict[str, Any]]:
     ]
 
 
+MANIFEST = "compare.yaml"  # what a comparison runs: its algorithms and its config (for --resume)
+
+
+def _with_address(configs: dict[str, Config], address: str | None) -> dict[str, Config]:
+    if not address:
+        return configs
+    return {a: parse_config({**c.to_dict(), "ray": {**c.to_dict()["ray"], "address": address}})
+            for a, c in configs.items()}
+
+
 def compare(
     raw: Mapping[str, Any] | Config, algorithms: list[str], out: str | Path | None = None,
     progress: str | None = None, address: str | None = None,
 ) -> Path:
-    """Run every algorithm; return the comparison directory."""
-    configs = algorithm_configs(raw, algorithms)  # validate everything before running anything
+    """Run every algorithm; return the comparison directory.
+
+    The comparison directory is written in place, beside ``compare.yaml`` (its algorithms and
+    config); ``comparison.md``, written last, marks it complete. A failure or a signal keeps
+    every run it finished or checkpointed, says where, and ``raysoft compare --resume DIR``
+    (:func:`resume_compare`) runs only what is missing; a comparison that kept nothing is removed.
+    """
+    configs = _with_address(algorithm_configs(raw, algorithms), address)  # validate all before running any
     cfg = next(iter(configs.values()))
-    if address:
-        configs = {a: parse_config({**c.to_dict(), "ray": {**c.to_dict()["ray"], "address": address}})
-                   for a, c in configs.items()}
-        cfg = next(iter(configs.values()))
     if is_uri(str(out or cfg.output.dir)):
         raise ConfigError("output.dir: raysoft compare writes to a local folder (not a URI)")
     for c in configs.values():  # before Ray starts: every algorithm's client actors must fit
         check_resources(c)
+    labels = _labels(configs)
     out_dir = _prepare_out(str(out or cfg.output.dir))
+    name = f"compare-{short_name(cfg.data.name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    final = out_dir / name
+    final.mkdir()
+    try:
+        base = raw.to_dict() if isinstance(raw, Config) else dict(raw)
+        _write_atomic(final / MANIFEST, yaml.safe_dump({"algorithms": list(algorithms), "config": base},
+                                                       sort_keys=False))
+    except BaseException:
+        shutil.rmtree(final, ignore_errors=True)
+        raise
+    return _run_all(final, configs, labels, progress, address, fresh=True)
+
+
+def resume_compare(path: str | Path, progress: str | None = None, address: str | None = None) -> Path:
+    """Continue an interrupted or failed comparison in ``path``: its finished runs are kept,
+    a run with a directory (checkpointed) is resumed, the others run; return ``path``."""
+    d = Path(path)
+    if not (d / MANIFEST).is_file():
+        raise ConfigError(f"--resume: {str(d)!r} is not a comparison directory (no {MANIFEST})")
+    if (d / "comparison.md").is_file():
+        raise ConfigError(f"--resume: {str(d)!r} is already complete")
+    try:
+        manifest = yaml.safe_load((d / MANIFEST).read_text())
+        algorithms, raw = list(manifest["algorithms"]), dict(manifest["config"])
+    except Exception as err:  # noqa: BLE001 - any unreadable manifest is one line
+        raise ConfigError(f"--resume: {str(d / MANIFEST)!r} is not readable ({type(err).__name__})") from None
+    configs = _with_address(algorithm_configs(raw, algorithms), address)
+    for c in configs.values():
+        check_resources(c)
+    return _run_all(d.absolute(), configs, _labels(configs), progress, address, fresh=False)
+
+
+def _labels(configs: dict[str, Config]) -> dict[str, str]:
     labels = {a: short_name(a) for a in configs}
     if len(set(labels.values())) != len(labels):
         raise ConfigError(f"--algorithms: two algorithms would share a run folder ({', '.join(labels)})")
-    name = f"compare-{short_name(cfg.data.name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    partial, final = out_dir / f".{name}.partial", out_dir / name
-    partial.mkdir()
+    return labels
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _run_one(d: Path, cfg: Config, label: str, progress: str | None, address: str | None) -> Path:
+    """One algorithm's run directory in the comparison ``d``: kept if finished, resumed if it has
+    one (a checkpointed run writes in place), else run."""
+    run_dir = d / label
+    if (run_dir / "summary.json").is_file():
+        return run_dir
+    if (run_dir / "config.yaml").is_file():
+        return resume(run_dir, address=address, progress=progress).run_dir
+    shutil.rmtree(d / f".{label}.partial", ignore_errors=True)  # a run without checkpoints killed mid-way
+    return run(cfg, out=d, progress=progress, dir_name=label).run_dir
+
+
+def _kept(d: Path, labels: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The algorithms whose runs in ``d`` are finished, and those kept resumable."""
+    done = [a for a, label in labels.items() if (d / label / "summary.json").is_file()]
+    resumable = [a for a, label in labels.items() if a not in done and (d / label / "config.yaml").is_file()]
+    return done, resumable
+
+
+def _kept_line(d: Path, done: list[str], resumable: list[str]) -> str:
+    parts = [f"finished: {', '.join(done)}"] if done else []
+    parts += [f"resumable: {', '.join(resumable)}"] if resumable else []
+    return (f"the comparison is kept in {d} ({'; '.join(parts) or 'nothing run yet'}); "
+            f"continue with: raysoft compare --resume {d}")
+
+
+def _run_all(d: Path, configs: dict[str, Config], labels: dict[str, str], progress: str | None,
+             address: str | None, fresh: bool) -> Path:
+    """Run (or keep, or resume) every algorithm's run in ``d``, then write the tables. A failure
+    or a signal keeps ``d`` with what it holds and says so; a fresh comparison that holds no
+    run is removed."""
+    cfg = next(iter(configs.values()))
     started = False
-    try:
-        if cfg.ray.backend == "ray":
-            from .backends.session import connect
+    with stop_on_signals():
+        try:
+            if cfg.ray.backend == "ray":
+                from .backends.session import connect
 
-            started = connect(cfg.ray)  # one Ray session for every algorithm
-        rows, runs = [], []
-        for algo, c in configs.items():
-            runs.append(load_run(run(c, out=partial, progress=progress, dir_name=labels[algo]).run_dir))
-            rows += _row(algo, runs[-1])
-        pd.DataFrame(rows).to_parquet(partial / "comparison.parquet", index=False)
-        (partial / "comparison.md").write_text(comparison_markdown(runs, partial))
-        os.replace(partial, final)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    finally:
-        if started:
-            from .backends.session import shutdown
+                started = connect(cfg.ray)  # one Ray session for every algorithm
+            rows, runs = [], []
+            for algo, c in configs.items():
+                runs.append(load_run(_run_one(d, c, labels[algo], progress, address)))
+                rows += _row(algo, runs[-1])
+            pd.DataFrame(rows).to_parquet(d / "comparison.parquet", index=False)
+            _write_atomic(d / "comparison.md", comparison_markdown(runs, d))  # last: the comparison is complete
+        except BaseException as err:
+            done, resumable = _kept(d, labels)
+            if fresh and not done and not resumable:  # nothing to keep: the run said what it removed
+                shutil.rmtree(d, ignore_errors=True)
+                raise
+            line = _kept_line(d, done, resumable)
+            if isinstance(err, KeyboardInterrupt):
+                signum = getattr(err, "signum", signal.SIGINT)
+                raise Interrupted(signum, f"comparison stopped by {signal.Signals(signum).name}; {line}") from None
+            err.add_note(f"{line[0].upper()}{line[1:]}.")
+            raise
+        finally:
+            if started:
+                from .backends.session import shutdown
 
-            shutdown()
-    return final
+                shutdown()
+    return d

@@ -18,6 +18,7 @@ Each concrete error also derives from the built-in its callers used to catch (``
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -34,9 +35,13 @@ def first_line(err: BaseException) -> str:
 
 
 def error_line(err: BaseException) -> str:
-    """An error's message and its notes, on one line (its type name if it has no message)."""
+    """An error's message and its notes, on one line (its type name if it has no message); each
+    part that does not end a sentence is ended with a full stop before the next, so that a note
+    ("The run directory is kept ...") never runs into the message."""
     parts = [one_line(part) for part in (str(err), *getattr(err, "__notes__", ())) if str(part).strip()]
-    return " ".join(parts) or type(err).__name__
+    ended = [p if i == len(parts) - 1 or p.endswith((".", "!", "?", ":", ";")) else f"{p}."
+             for i, p in enumerate(parts)]
+    return " ".join(ended) or type(err).__name__
 
 
 class RaysoftError(Exception):
@@ -44,6 +49,7 @@ class RaysoftError(Exception):
 
     exit_code = 1
     kind = "error"
+    trace = ""  # a plug-in's whole traceback, as text, where it was raised (plugin_call)
 
 
 class Refusal(RaysoftError):
@@ -91,6 +97,11 @@ class ClientFailure(RunFailure, RuntimeError):
     """A client actor died; the coordinator recovers from the last checkpoint."""
 
 
+class RecoveryFailure(RunFailure, RuntimeError):
+    """The client actors could not be restarted and restored after a failure, in every attempt:
+    the run stops, one line; a checkpointed run can be resumed."""
+
+
 class UpdateError(RunFailure, RuntimeError):
     """A client returned a NaN or infinite update and ``train.nan_policy`` is ``stop``."""
 
@@ -111,9 +122,54 @@ def exit_code(err: BaseException) -> int:
     return err.exit_code if isinstance(err, RaysoftError) else 1
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """The folders whose code is not the user's: the standard library, installed packages, and
+    raysoft's engine (its built-in algorithms are the user-facing code of their own)."""
+    import sysconfig
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = sysconfig.get_paths()
+    dirs = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return (*sorted(dirs), os.path.realpath(here))
+
+
+def user_frame(err: BaseException) -> str | None:
+    """``file:line`` of the innermost frame of ``err``'s traceback in the user's code (not the
+    standard library, an installed package or raysoft's engine; raysoft's built-in algorithms
+    count as user code), relative to the working directory when under it; None if there is none."""
+    import traceback
+
+    library = _library_dirs()
+    algorithms = os.path.join(library[-1], "algorithms")
+    found = None
+    for frame in traceback.extract_tb(err.__traceback__):
+        path = os.path.realpath(frame.filename)
+        if path.startswith(algorithms + os.sep) or not any(path.startswith(d + os.sep) for d in library):
+            if not frame.filename.startswith("<"):
+                found = (path, frame.lineno)
+    if found is None:
+        return None
+    path, line = found
+    rel = os.path.relpath(path)
+    return f"{path if rel.startswith('..') else rel}:{line}"
+
+
+def full_traceback(err: BaseException) -> str:
+    """The whole traceback of ``err`` as text: the one recorded where a plug-in's own exception
+    was raised (:func:`plugin_call`, possibly in another process), else ``err``'s own chain."""
+    import traceback
+
+    recorded = getattr(err, "trace", "")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return "".join(traceback.format_exception(err))
+
+
 def plugin_call(fn: Any, args: tuple, where: str) -> Any:
     """``fn(*args)``; an exception of the algorithm's own code (not one of raysoft's errors, nor a
-    StopIteration) becomes a :class:`PluginFailure` saying ``where`` it happened."""
+    StopIteration) becomes a :class:`PluginFailure` saying ``where`` it happened and the file and
+    line in the user's code it came from; its whole traceback is kept as text in ``trace`` (it
+    crosses process boundaries with the error), for ``--traceback``."""
     try:
         return fn(*args)
     except StopIteration:
@@ -121,4 +177,9 @@ def plugin_call(fn: Any, args: tuple, where: str) -> Any:
     except RaysoftError:
         raise
     except Exception as err:  # whatever the algorithm raises, as one line
-        raise PluginFailure(f"{where}: {type(err).__name__}: {one_line(err)}") from err
+        import traceback
+
+        at = user_frame(err)
+        failure = PluginFailure(f"{where}: {type(err).__name__}: {one_line(err)}" + (f" (at {at})" if at else ""))
+        failure.trace = "".join(traceback.format_exception(err))
+        raise failure from err

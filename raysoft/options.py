@@ -33,3 +33,21 @@ def add_cluster(parser: argparse.ArgumentParser, jobs_api: bool = False) -> None
 def add_progress(parser: argparse.ArgumentParser) -> None:
     """``--progress``: how a run shows its rounds (overrides output.progress)."""
     parser.add_argument("--progress", choices=PROGRESS_MODES, help="progress display (overrides output.progress)")
+
+
+TRACEBACK_ENV = "RAYSOFT_TRACEBACK"  # set to 1: every command shows an error's whole traceback
+
+
+def add_traceback(parser: argparse.ArgumentParser) -> None:
+    """``--traceback``: an error's whole traceback on stderr before its one line (the plug-in's
+    own, from wherever it ran); ``RAYSOFT_TRACEBACK=1`` does the same for every command."""
+    parser.add_argument("--traceback", action="store_true",
+                        help=f"on an error, show its whole traceback before the one line (or set {TRACEBACK_ENV}=1)")
+
+
+def wants_traceback(args: argparse.Namespace) -> bool:
+    """``--traceback`` was given, or ``RAYSOFT_TRACEBACK`` is set to a true value."""
+    import os
+
+    return bool(getattr(args, "traceback", False)) or os.environ.get(TRACEBACK_ENV, "").strip().lower() in (
+        "1", "true", "yes", "on")

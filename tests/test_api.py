@@ -365,3 +365,40 @@ def test_data_seed_keeps_the_data_and_the_run_seed_varies_the_training(tmp_path)
     assert len(a) == len(b) and not np.array_equal(a, b)
     again = raysoft.run(small_config(seed=0, data={"seed": 11}), out=tmp_path)
     np.testing.assert_array_equal(again.metrics.value.to_numpy(), a)
+
+
+def test_a_run_to_a_uri_removes_its_staging_folder_on_success_and_failure(tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    target = tmp_path / "bucket"
+    r = raysoft.run(small_config(), out=f"file://{target}")
+    assert list(scratch.iterdir()) == []  # the staging copy is gone; the published run is there
+    assert not r.run_dir.exists()
+    pd.testing.assert_frame_equal(r.metrics, pd.read_parquet(target / r.run_dir.name / "metrics.parquet"))
+    with pytest.raises(raysoft.errors.UpdateError):
+        raysoft.run(small_config(train={"lr": 1e30}), out=f"file://{target}")
+    assert list(scratch.iterdir()) == []
+    assert [p.name for p in target.iterdir()] == [r.run_dir.name]
+
+
+def test_a_uri_run_whose_publishing_fails_keeps_its_staging_copy(tmp_path, monkeypatch):
+    import tempfile
+
+    import raysoft.api
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(raysoft.api.pafs, "copy_files", full)
+    with pytest.raises(raysoft.errors.RunStopped, match="its complete results are kept in ") as err:
+        raysoft.run(small_config(), out=f"file://{tmp_path / 'bucket'}")
+    (staging,) = scratch.iterdir()
+    (kept,) = staging.iterdir()
+    assert str(err.value).endswith(str(kept)) and (kept / "summary.json").is_file()

@@ -67,7 +67,7 @@ def test_bad_regimes_are_one_line_errors(regimes, message):
 def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     path = compare(small_config(), ["fedsoft", "ifca", "fedem", "fedavg", "local"], out=tmp_path)
     assert sorted(p.name for p in path.iterdir()) == [
-        "comparison.md", "comparison.parquet", "fedavg", "fedem", "fedsoft", "ifca", "local"]
+        "compare.yaml", "comparison.md", "comparison.parquet", "fedavg", "fedem", "fedsoft", "ifca", "local"]
     t = pd.read_parquet(path / "comparison.parquet")
     assert set(t.algorithm) == {"fedsoft", "ifca", "fedem", "fedavg", "local"}
     assert len(t[t.algorithm == "fedsoft"]) == 2  # one row per distribution
@@ -110,3 +110,127 @@ def test_report_on_a_compare_directory_reports_its_runs(tmp_path, capsys):
     rows = [line for line in (path / "comparison_report.md").read_text().splitlines() if line.startswith("| [")]
     assert [r.split(" | ")[1] for r in rows] == ["fedsoft", "fedavg"]  # the comparison's order, not by name
     assert rows[0].startswith("| [fedsoft](fedsoft/report.md) |")
+
+
+# --------------------------------------------------------------------------- nothing lost
+def _files(run_dir):
+    """Every file of a run directory with its bytes and modification time (a rerun changes them)."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run_dir.iterdir())}
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "raysoft", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_a_compare_failing_in_its_second_algorithm_keeps_the_first_and_continues(tmp_path):
+    from support.runs import assert_same
+
+    raw = small_config()
+    raw["regimes"] = {"ifca": {"train": {"lr": 1e30}}}  # IFCA's updates are not finite: the run stops
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    proc = _cli("compare", cfg, "--algorithms", "fedsoft,ifca,fedavg", "--out", tmp_path / "o")
+    (d,) = (tmp_path / "o").iterdir()
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("raysoft: run stopped: round 0: client 0 returned a non-finite update")
+    assert proc.stderr.strip().endswith(
+        f"(train.nan_policy: stop). The comparison is kept in {d} (finished: fedsoft); continue with: "
+        f"raysoft compare --resume {d}.")
+    assert sorted(p.name for p in d.iterdir()) == ["compare.yaml", "fedsoft"]  # IFCA had no checkpoint
+    fedsoft = _files(d / "fedsoft")
+    assert "summary.json" in fedsoft
+    # the cause fixed in the comparison's config, --resume runs only what is missing
+    manifest = yaml.safe_load((d / "compare.yaml").read_text())
+    del manifest["config"]["regimes"]
+    (d / "compare.yaml").write_text(yaml.safe_dump(manifest))
+    done = _cli("compare", "--resume", d)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(d)
+    assert _files(d / "fedsoft") == fedsoft  # kept, not run again
+    assert set(pd.read_parquet(d / "comparison.parquet").algorithm) == {"fedsoft", "ifca", "fedavg"}
+    assert (d / "comparison.md").is_file()
+    clean = compare(small_config(), ["fedsoft", "ifca", "fedavg"], out=tmp_path / "clean")
+    for a in ("fedsoft", "ifca", "fedavg"):
+        assert_same(d / a, clean / a)
+    again = _cli("compare", "--resume", d)
+    assert (again.returncode, again.stderr) == (2, f"raysoft: error: --resume: {str(d)!r} is already complete\n")
+
+
+@pytest.mark.slow
+def test_an_interrupted_compare_keeps_its_runs_and_resumes_the_checkpointed_one(tmp_path):
+    import signal
+    import time
+
+    from support.runs import assert_same
+
+    raw = small_config(algorithm={"rounds": 30, "eval_every": 5}, data={"samples_max": 150},
+                       output={"checkpoint_every": 1})
+    raw["regimes"] = {"fedsoft": {"train": {"local_epochs": 1}}, "fedavg": {"train": {"local_epochs": 10}}}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "o"
+    # Ctrl-C's KeyboardInterrupt even if this test process ignores SIGINT (a child inherits that)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "from raysoft.cli import main; sys.exit(main(sys.argv[1:]))",
+         "compare", str(cfg), "--algorithms", "fedsoft,fedavg", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not any(out.glob("*/fedavg/checkpoint.pt")):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    (d,) = out.iterdir()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert err.strip().splitlines()[-1] == (
+        f"raysoft: comparison stopped by SIGINT; the comparison is kept in {d} (finished: fedsoft; "
+        f"resumable: fedavg); continue with: raysoft compare --resume {d}")
+    assert (d / "fedavg" / "checkpoint.pt").is_file() and not (d / "fedavg" / "summary.json").exists()
+    fedsoft = _files(d / "fedsoft")
+    done = _cli("compare", "--resume", d)
+    assert done.returncode == 0, done.stderr
+    assert _files(d / "fedsoft") == fedsoft
+    assert list(pd.read_parquet(d / "comparison.parquet").algorithm.unique()) == ["fedsoft", "fedavg"]
+    clean = algorithm_configs(raw, ["fedavg"])["fedavg"]
+    import raysoft
+
+    assert_same(d / "fedavg", raysoft.run(clean, out=tmp_path / "clean", progress="none").run_dir)
+
+
+def test_compare_resume_refuses_what_is_not_a_comparison(tmp_path, capsys):
+    assert cli_main(["compare", "--resume", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"raysoft: error: --resume: {str(tmp_path)!r} is not a comparison directory (no compare.yaml)\n")
+    assert cli_main(["compare", "--resume", str(tmp_path), "--algorithms", "fedavg"]) == 2
+    assert capsys.readouterr().err == (
+        "raysoft: error: --resume takes the comparison directory only (its compare.yaml is the config)\n")
+    assert cli_main(["compare"]) == 2
+    assert "give a CONFIG file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_compare_that_kept_nothing_is_removed(tmp_path):
+    # the first algorithm fails, without checkpoints: no run to keep, no comparison left behind
+    from raysoft.errors import UpdateError
+
+    raw = small_config()
+    raw["regimes"] = {"fedsoft": {"train": {"lr": 1e30}}}
+    with pytest.raises(UpdateError) as err:
+        compare(raw, ["fedsoft", "fedavg"], out=tmp_path)
+    assert list(tmp_path.iterdir()) == [] and "comparison is kept" not in str(err.value)
+
+
+def test_a_comparisons_manifest_gives_back_its_configs(tmp_path, monkeypatch):
+    import raysoft.compare
+
+    monkeypatch.setattr(raysoft.compare, "_run_all", lambda d, *a, **k: d)  # the manifest alone
+    raw = small_config(clock={"speeds": "equal", "round_deadline_s": 5.0}, algorithm={"estimation_interval": 3})
+    raw["regimes"] = {"fedavg": {"train": {"lr": 0.01}}}
+    d = compare(raw, ["fedsoft", "fedavg"], out=tmp_path)
+    manifest = yaml.safe_load((d / "compare.yaml").read_text())
+    assert manifest["algorithms"] == ["fedsoft", "fedavg"]
+    assert algorithm_configs(manifest["config"], manifest["algorithms"]) == algorithm_configs(raw, ["fedsoft",
+                                                                                                    "fedavg"])

@@ -93,7 +93,10 @@ def test_the_cli_maps_the_family_to_its_exit_codes(monkeypatch, capsys):
 def test_the_one_line_helpers():
     err = ValueError("first\n  second line\n")
     err.add_note("a note")
-    assert error_line(err) == "first second line a note"
+    assert error_line(err) == "first second line. a note"
+    ended = RuntimeError("stopped.")
+    ended.add_note("The run directory is kept.")
+    assert error_line(ended) == "stopped. The run directory is kept."
     assert first_line(err) == "first"
     assert first_line(RuntimeError("\n\n  the cause  \ntraceback")) == "the cause"
     assert first_line(KeyError()) == "KeyError" == error_line(KeyError())
@@ -103,8 +106,12 @@ def test_plugin_call_wraps_foreign_errors_and_passes_its_own():
     def boom(x):
         raise ZeroDivisionError(f"divided {x}\nby zero")
 
-    with pytest.raises(PluginFailure, match=r"^client 2 train: ZeroDivisionError: divided 1 by zero$"):
+    with pytest.raises(PluginFailure, match=r"^client 2 train: ZeroDivisionError: divided 1 by zero "
+                                            r"\(at \S*test_errors.py:\d+\)$") as err:
         plugin_call(boom, (1,), "client 2 train")
+    line = boom.__code__.co_firstlineno + 1
+    assert str(err.value).endswith(f"test_errors.py:{line})")  # the user's line, not raysoft's
+    assert "ZeroDivisionError: divided 1\nby zero" in err.value.trace
 
     def refuse():
         raise ConfigError("algorithm.mu: must be >= 0")

@@ -145,6 +145,37 @@ def test_a_plugins_states_are_checkpointed_and_resumed(plugdir, tmp_path):
     pd.testing.assert_frame_equal(values(resumed), values(whole))
 
 
+def test_a_checkpoint_that_could_not_be_resumed_stops_the_run_at_once(plugdir, tmp_path, capsys):
+    # the server state's class lives in a helper module: not allowed in a checkpoint unless listed
+    from raysoft.cli import main as cli_main
+
+    write(plugdir, "servermath_y.py", "from dataclasses import dataclass\n\nimport torch\n\n\n@dataclass\n"
+                                      "class MomentumState:\n    model: torch.Tensor\n")
+    helper = textwrap.dedent(SERVER_LR).replace(
+        "@dataclass\nclass ServerLRState:\n    model: torch.Tensor\n",
+        "from servermath_y import MomentumState as ServerLRState\n")
+    assert "from servermath_y import" in helper
+    write(plugdir, "serverlr_y.py", helper)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_y:ServerLR", "rounds": 40},
+                                               output={"checkpoint_every": 1})))
+    assert cli_main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "raysoft: error: output.checkpoint_every: algorithm 'serverlr_y:ServerLR''s checkpoint holds "
+        "servermath_y.MomentumState, which --resume would refuse, so the run stopped at its first checkpoint; list "
+        "the class in the algorithm's state_types (state_types = (MomentumState,)) or define it in the plug-in's "
+        "own module\n")
+    assert list((tmp_path / "out").iterdir()) == []  # nothing written
+    # the fix the line gives: the run checkpoints, and its checkpoint resumes
+    listed = "    Settings = ServerLRConfig\n    state_types = (ServerLRState,)\n"
+    write(plugdir, "serverlr_z.py", helper.replace("    Settings = ServerLRConfig\n", listed))
+    from raysoft.runtime.checkpoint import load_checkpoint
+
+    fixed = raysoft.run(small_config(algorithm={"name": "serverlr_z:ServerLR"}, output={"checkpoint_every": 1}),
+                        out=tmp_path / "fixed")
+    assert type(load_checkpoint(fixed.run_dir)["state"]).__name__ == "MomentumState"
+
+
 @pytest.mark.slow
 def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdir, tmp_path):
     write(plugdir, "serverlr_c.py", SERVER_LR)
@@ -164,11 +195,11 @@ def test_settings_of_a_plugin_are_validated_and_set_from_the_command_line(plugdi
 
 @pytest.mark.slow
 def test_raysoft_list_shows_a_plugins_settings(plugdir):
-    write(plugdir, "serverlr_d.py", SERVER_LR)
-    out = subprocess.run([RAYSOFT, "list", "algorithms", "serverlr_d:ServerLR"], capture_output=True, text=True,
+    write(plugdir, "serverlr_p.py", SERVER_LR)
+    out = subprocess.run([RAYSOFT, "list", "algorithms", "serverlr_p:ServerLR"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "serverlr_d:ServerLR  [import path]" in out.stdout
+    assert "serverlr_p:ServerLR  [import path]" in out.stdout
     assert "FedAvg with a server step size." in out.stdout
     assert "server_lr: float = 1.0  # the server's step towards the clients' average" in out.stdout
     assert "rounds: int = 100" in out.stdout
@@ -256,6 +287,9 @@ BAD = [  # (modules, sections, what the one line says)
     ({"typo.py": "def f(:\n"}, {"algorithm": {"name": "typo:X"}}, "importing 'typo' failed: SyntaxError"),
     ({"serverlr_e.py": SERVER_LR}, {"algorithm": {"name": "serverlr_e:Nope"}}, "has no attribute 'Nope'"),
     ({"half.py": NO_ROUND}, {"algorithm": {"name": "half:Half"}}, "missing method round"),
+    ({"serverlr_n.py": SERVER_LR.replace('"evaluate": _evaluate}', "}")},
+     {"algorithm": {"name": "serverlr_n:ServerLR"}},
+     "algorithm 'serverlr_n:ServerLR': client_ops has no 'evaluate' op (its ops: train); add evaluate("),
     ({"odd.py": NOT_SETTINGS}, {"algorithm": {"name": "odd:Odd"}}, "Settings must be a subclass"),
     ({"serverlr_f.py": SERVER_LR}, {"algorithm": {"name": "serverlr_f:ServerLR", "server_lr": 0}},
      "algorithm.server_lr: Input should be greater than 0"),
@@ -296,6 +330,29 @@ def test_the_resolver_caches_and_checks_by_kind(plugdir):
         resolve("optimizers", "adam")
 
 
+@pytest.mark.parametrize("backend", ["inprocess", pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.ray])])
+def test_a_client_call_of_an_op_the_plugin_lacks_is_one_line_naming_the_ops(plugdir, tmp_path, backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    module = f"serverlr_m_{backend}"
+    write(plugdir, f"{module}.py", SERVER_LR.replace('yield ClientCall("train"', 'yield ClientCall("trian"'))
+    cfg = small_config(algorithm={"name": f"{module}:ServerLR"},
+                       ray={"backend": backend, "clients_per_actor": 5, "placement": "none"})
+    with pytest.raises(PluginFailure) as err:
+        raysoft.run(cfg, out=tmp_path / "out")
+    assert str(err.value) == (f"algorithm '{module}:ServerLR': its round 0 asked the clients for op 'trian', which "
+                              "is not in its client_ops (evaluate, train)")
+    assert not any((tmp_path / "out").iterdir())
+
+
+def test_a_plugin_without_an_evaluate_op_is_refused_before_anything_starts(plugdir, tmp_path):
+    write(plugdir, "serverlr_o.py", SERVER_LR.replace('"evaluate": _evaluate}', "}"))
+    with pytest.raises(PluginError, match=r"^algorithm 'serverlr_o:ServerLR': client_ops has no 'evaluate' op "
+                                          r"\(its ops: train\); add evaluate\("):
+        raysoft.run(small_config(algorithm={"name": "serverlr_o:ServerLR"}), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_plugin_raising_in_a_client_op_ends_the_run_naming_it_and_the_client(plugdir, tmp_path):
     write(plugdir, "serverlr_i.py", SERVER_LR)
     cfg = small_config(algorithm={"name": "serverlr_i:ServerLR", "clients_per_round": 10, "fail_client": 7})
@@ -303,8 +360,38 @@ def test_a_plugin_raising_in_a_client_op_ends_the_run_naming_it_and_the_client(p
         raysoft.run(cfg, out=tmp_path / "out")
     msg = str(err.value)
     assert "algorithm 'serverlr_i:ServerLR' raised in client op 'train' of client 7, round 0" in msg
-    assert "ValueError: this client's data is bad" in msg and "\n" not in msg
+    assert f"ValueError: this client's data is bad (at serverlr_i.py:{BAD_LINE})" in msg and "\n" not in msg
     assert not any((tmp_path / "out").iterdir())  # a run without checkpoints leaves nothing
+
+
+# the line of SERVER_LR's module (as written) where a client's training raises
+BAD_LINE = textwrap.dedent(SERVER_LR).splitlines().index('        raise ValueError("this client\'s data is bad")') + 1
+
+
+def test_a_plugin_failure_with_checkpoints_is_one_line_and_traceback_shows_it_whole(plugdir, tmp_path, capsys,
+                                                                                    monkeypatch):
+    from raysoft.cli import main as cli_main
+
+    write(plugdir, "serverlr_t.py", SERVER_LR)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(small_config(algorithm={"name": "serverlr_t:ServerLR", "clients_per_round": 10,
+                                                          "fail_client": 7}, output={"checkpoint_every": 1})))
+    assert cli_main(["run", str(cfg), "--out", str(tmp_path / "a")]) == 1
+    err = capsys.readouterr().err
+    (kept,) = (tmp_path / "a").iterdir()
+    assert err == (
+        "raysoft: run stopped: algorithm 'serverlr_t:ServerLR' raised in client op 'train' of client 7, round 0: "
+        f"ValueError: this client's data is bad (at serverlr_t.py:{BAD_LINE}). The run directory is kept in {kept} "
+        f"(no checkpoint yet: resuming starts it again); continue with: raysoft run --resume {kept}.\n")
+    for how in (["--traceback"], []):
+        if not how:
+            monkeypatch.setenv("RAYSOFT_TRACEBACK", "1")
+        assert cli_main(["run", str(cfg), "--out", str(tmp_path / f"b{len(how)}"), *how]) == 1
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0] == "Traceback (most recent call last):"
+        assert f'serverlr_t.py", line {BAD_LINE}, in _train' in "\n".join(lines)
+        assert lines[-2] == "ValueError: this client's data is bad"
+        assert lines[-1].startswith("raysoft: run stopped: algorithm 'serverlr_t:ServerLR' raised in client op")
 
 
 @pytest.mark.slow
@@ -319,8 +406,10 @@ def test_on_ray_the_plugin_is_shipped_to_the_actors_and_its_failure_is_one_line(
     pd.testing.assert_frame_equal(values(on_ray), values(here))
     bad = small_config(algorithm={"name": "serverlr_j:ServerLR", "clients_per_round": 10, "fail_client": 3},
                        ray=ray_cfg)
-    with pytest.raises(PluginFailure, match=r"raised in client op 'train' of client 3, round 0: ValueError"):
+    with pytest.raises(PluginFailure, match=r"raised in client op 'train' of client 3, round 0: ValueError") as err:
         raysoft.run(bad, out=tmp_path / "bad")
+    assert str(err.value).endswith(f"serverlr_j.py:{BAD_LINE})")  # the user's line, from the actor
+    assert f'serverlr_j.py", line {BAD_LINE}, in _train' in err.value.trace  # --traceback's text came along
 
 
 def test_the_mlflow_logger_records_every_metric_row(tmp_path, monkeypatch):

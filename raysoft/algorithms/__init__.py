@@ -33,6 +33,10 @@ def make_algorithm(settings: Any) -> Any:
     if not isinstance(ops, dict) or not all(callable(op) for op in ops.values()):
         raise PluginError(f"algorithm {settings.name!r}: client_ops must be a dict of op name -> "
                           "op(ctx, client_state, payload, t) -> (client_state, result)")
+    if "evaluate" not in ops and not is_stream(algorithm):  # the coordinator evaluates every client with it
+        raise PluginError(f"algorithm {settings.name!r}: client_ops has no 'evaluate' op (its ops: "
+                          f"{', '.join(sorted(ops)) or 'none'}); add evaluate(ctx, client_state, payload, t) -> "
+                          "(client_state, metrics)")
     return algorithm
 
 

@@ -207,7 +207,8 @@ class StreamConfig(AlgorithmConfig):
         filled = super().fill_defaults(given, clients, distributions)
         if isinstance(clients, int) and not isinstance(clients, bool):
             cycles = given.get("cycles", cls.model_fields["cycles"].default)
-            if "rounds" not in given and isinstance(cycles, int) and not isinstance(cycles, bool):
+            # an invalid cycles (0, a string) is left to its own validation, which names it
+            if "rounds" not in given and isinstance(cycles, int) and not isinstance(cycles, bool) and cycles >= 1:
                 filled["rounds"] = clients * cycles
             for key in ("tau0", "cycle_uploads"):
                 if key in cls.model_fields and key not in given:

@@ -47,7 +47,9 @@ def plain_error(err: BaseException) -> BaseException | None:
         if isinstance(e, ray.exceptions.RayTaskError):
             e = e.cause
         elif isinstance(e, _PLAIN):
-            return type(e)(str(e))
+            plain = type(e)(str(e))
+            plain.__dict__.update(e.__dict__)  # what it carries (a plug-in's traceback as text, notes)
+            return plain
         else:
             return None
     return None
@@ -323,7 +325,7 @@ class RayExecutor:
                     if not self.leaves_state(op)]
         self.late = []
         asked = [groups[i] for i in sorted(groups)]
-        if self.rc.round_deadline_s is not None and not self.leaves_state(op):
+        if self.rc.round_deadline_s is not None and not self.leaves_state(op) and asked:  # none asked: no wait
             # each client is timed on its actor and a late one left out of the answer; an actor
             # that has not answered once each of its clients could have used the whole deadline
             # (plus a grace) is a straggler as a whole: it finishes in the background, unused

@@ -67,6 +67,26 @@ def checkpoint_types() -> list[Any]:
     ]
 
 
+def prove_loadable(run_dir: Path, algorithm: str) -> None:
+    """Load the checkpoint just written in ``run_dir`` back as ``--resume`` will; if it holds a
+    class a checkpoint may not hold (a plug-in's state class defined in another module, not in
+    its ``state_types``), remove it and raise a one-line :class:`ConfigError` naming the class
+    and the fix, so that a run whose checkpoints could never be resumed stops at its first."""
+    path = run_dir / CHECKPOINT
+    try:
+        with torch.serialization.safe_globals(checkpoint_types()):
+            torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as err:
+        path.unlink(missing_ok=True)
+        asked = re.search(r"GLOBAL ([\w.]+)", str(err))
+        what = asked.group(1) if asked else "an object of a class that is not allowed"
+        short = what.rsplit(".", 1)[-1] if asked else "TheClass"
+        raise ConfigError(
+            f"output.checkpoint_every: algorithm {algorithm!r}'s checkpoint holds {what}, which --resume would "
+            f"refuse, so the run stopped at its first checkpoint; list the class in the algorithm's state_types "
+            f"(state_types = ({short},)) or define it in the plug-in's own module") from None
+
+
 def load_checkpoint(run_dir: Path | None) -> dict[str, Any] | None:
     """The checkpoint in ``run_dir``, or None if there is none; :class:`ConfigError` (one line,
     naming the file) if it is not a raysoft checkpoint or cannot be read."""

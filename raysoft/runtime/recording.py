@@ -14,10 +14,10 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..errors import ClientFailure
+from ..errors import ClientFailure, RecoveryFailure, one_line
 from ..evaluation import evaluate_centers
 from ..results import Recorder
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint, prove_loadable, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,9 @@ class CoordinatorBase:
         blob = {name: getattr(self, name) for name in self.CHECKPOINTED}
         blob.update(elapsed=self.elapsed(), recorder=self.recorder.columns, clients=self.executor.get_states())
         save_checkpoint(self.run_dir, blob, self.recorder)
+        if not getattr(self, "_proved", False):  # the first one loads, or the run stops (one line)
+            prove_loadable(self.run_dir, self.cfg.algorithm.name)
+            self._proved = True
 
     def restore(self, blob: dict[str, Any] | None) -> None:
         """Continue from a checkpoint; with none, start the run again from the beginning (the
@@ -196,6 +199,7 @@ class CoordinatorBase:
     def recover(self, attempts: int = 5) -> None:
         """Restart dead actors and restore the last checkpoint; retry while the cluster is
         still changing (e.g. a node is going away)."""
+        last = ""
         for attempt in range(attempts):
             try:
                 self.executor.recover()
@@ -203,6 +207,7 @@ class CoordinatorBase:
                 self.event("restored", f"continuing from round {self.round}")
                 return
             except ClientFailure as err:
+                last = one_line(err)
                 self.event("actor_died", f"during recovery: {err}")
                 time.sleep(min(2.0**attempt, 10.0))
-        raise RuntimeError(f"could not recover the client actors after {attempts} attempts")
+        raise RecoveryFailure(f"could not recover the client actors after {attempts} attempts (the last: {last})")

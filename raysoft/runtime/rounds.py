@@ -17,7 +17,7 @@ from ..algorithms import ClientCall, Reduced, ServerContext
 from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import Federation
-from ..errors import UpdateError, plugin_call
+from ..errors import PluginFailure, UpdateError, plugin_call
 from ..evaluation import summarize
 from ..metrics import HEADLINE, LOWER_IS_BETTER
 from ..models import build_model
@@ -188,6 +188,17 @@ class RoundCoordinator(CoordinatorBase):
                                                                      self.cfg.ray.tree_group)
         return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
 
+    def _check_call(self, call: Any, t: int) -> None:
+        """A call the algorithm's round yielded is a ClientCall of one of its client ops, else
+        the run stops with one line naming the op and the ops there are."""
+        name = self.cfg.algorithm.name
+        if not isinstance(call, ClientCall):
+            raise PluginFailure(f"algorithm {name!r}: its round {t} yielded {type(call).__name__}, not a ClientCall")
+        ops = self.algorithm.client_ops
+        if call.op not in ops:
+            raise PluginFailure(f"algorithm {name!r}: its round {t} asked the clients for op {call.op!r}, which is not "
+                                f"in its client_ops ({', '.join(sorted(ops))})")
+
     def step(self) -> dict[str, Any]:
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
@@ -197,6 +208,7 @@ class RoundCoordinator(CoordinatorBase):
         try:
             call = plugin_call(next, (gen,), where)
             while True:
+                self._check_call(call, t)
                 call = self._on_time(call, t)  # once per call, before its work is counted
                 self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))  # the samples it covers
                 result = self._reduced_call(call, t) if call.reduce is not None else self._call(call, t)

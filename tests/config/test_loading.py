@@ -211,3 +211,11 @@ def test_each_dataset_has_its_own_defaults_and_null_means_them():
     assert (fpfc.partition, fpfc.dim, fpfc.noise_std) == ("clusters", 60, 0.5)
     plain = parse_config({"data": {"name": "synthetic", "noise_std": None}}).data
     assert (plain.partition, plain.dim, plain.noise_std) == ("10:90", 10, 1.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_a_bad_ccfl_cycles_is_refused_naming_cycles_not_rounds(value):
+    # rounds defaults to data.clients x cycles: a bad cycles must not surface as a bad rounds
+    with pytest.raises(ConfigError) as err:
+        load_config(JOBS / "ccfl_fmnist_k4.yaml", [f"algorithm.cycles={value}"])
+    assert str(err.value).startswith("algorithm.cycles: ") and "rounds" not in str(err.value)

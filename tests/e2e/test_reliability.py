@@ -302,6 +302,21 @@ def test_round_deadline_drops_and_counts_a_stragglers_updates(ray_session, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_a_round_with_every_client_late_on_the_clock_works_with_a_wall_clock_deadline(ray_session, tmp_path):
+    # the simulated clock leaves every client out: the actors are asked for nothing (no empty max)
+    from support.runs import assert_same
+
+    clock = {"speeds": "equal", "round_deadline_s": 1e-9}
+    algo = {"name": "fedavg", "rounds": 2, "clients_per_round": 10}
+    r = raysoft.run(_cfg(ray={"backend": "ray", "clients_per_actor": 5, "num_cpus_per_actor": 0.5,
+                              "round_deadline_s": 30.0}, algorithm=algo, clock=clock), out=tmp_path / "ray")
+    ev = pd.read_parquet(r.run_dir / "events.parquet")
+    assert (ev.kind == "late_update").sum() == 20 and r.summary["rounds"] == 2
+    assert_same(r, raysoft.run(_cfg(algorithm=algo, clock=clock), out=tmp_path / "inprocess"))
+
+
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_stopped_run_releases_its_client_actors_during_a_round(ray_session, tmp_path):
     """The coordinator's shutdown is not queued behind the step in progress (a straggler
     sleeping for hours here) but runs beside it, so a stopped run ends at once."""

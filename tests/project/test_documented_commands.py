@@ -63,7 +63,7 @@ SMALL: list[tuple[str, list[str]]] = [
 ]
 NEEDS_FMNIST = ("fmnist", "ccfl_")
 
-SYNOPSIS = re.compile(r"\b(CONFIG|RUN_DIR|SWEEP)\b|\[")
+SYNOPSIS = re.compile(r"\b(CONFIG|RUN_DIR|COMPARE_DIR|SWEEP)\b|\[")
 MAKE = re.compile(r"^make (\S+)$")
 CLOUD = ("ray up ", "ray rsync-down ", "ray dashboard ", "ray down ", "kubectl ", "RAY_AUTH_MODE=token RAY_AUTH_TOKEN")
 LOCAL_CLUSTER = ("cluster_configs/local.sh", "--address 127.0.0.1:6390", "--address http://127.0.0.1:8265")

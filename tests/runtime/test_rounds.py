@@ -285,3 +285,22 @@ def test_a_round_reports_the_coordinators_busy_seconds_and_bytes(in_actors):
     second = next(i for i in infos if i.get("round") == 2)  # after round index 1, no evaluation
     assert second["coordinator_bytes"] == 4 * d * (2 if in_actors else 1 + 6)
     assert second["coordinator_busy_s"] >= 0.0
+
+
+def test_recovery_that_keeps_failing_stops_the_run_in_one_line_of_the_family(monkeypatch):
+    import raysoft.runtime.recording
+    from raysoft.errors import RecoveryFailure, exit_code
+
+    class Dying(FakeExecutor):
+        def recover(self) -> None:
+            super().recover()
+            raise ClientFailure("client actor 1 died\n(its node left)")
+
+    monkeypatch.setattr(raysoft.runtime.recording.time, "sleep", lambda s: None)
+    ex = Dying()
+    coord = coordinator(ex)
+    with pytest.raises(RecoveryFailure) as err:
+        coord.recover(attempts=3)
+    assert str(err.value) == ("could not recover the client actors after 3 attempts (the last: client actor 1 died "
+                              "(its node left))")
+    assert exit_code(err.value) == 1 and ex.asked("recover") == [("recover",)] * 3

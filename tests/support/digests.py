@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 import torch
+import yaml
 
 # table -> the columns whose values are pinned (time and run ids vary between runs)
 PINNED = {
@@ -23,10 +25,12 @@ PINNED = {
 
 
 def digest(run) -> str:
-    """sha256 over the pinned columns of every table the run wrote, values at full precision."""
+    """sha256 over the pinned columns of every table the run wrote, values at full precision
+    (``run``: a RunResult or a run directory)."""
     h = hashlib.sha256()
+    run_dir = Path(getattr(run, "run_dir", run))
     for table, cols in PINNED.items():
-        path = run.run_dir / f"{table}.parquet"
+        path = run_dir / f"{table}.parquet"
         if not path.exists():
             continue
         df = pd.read_parquet(path)[cols]
@@ -122,12 +126,28 @@ def pinned(case: str) -> str | None:
     return None
 
 
-def expected(case: str) -> str:
-    """The pinned digest of ``case`` on this kind of CPU; skips the test on a kind with none."""
-    want = pinned(case)
-    if want is None:
-        pytest.skip(f"no digests pinned for this kind of CPU {cpu_kind()}; known: {sorted(EXPECTED_BY_CPU)}")
-    return want
+def digest_elsewhere(cfg: dict, scratch: Path) -> str:
+    """The digest of ``cfg`` run again in a fresh process (``raysoft run``), under ``scratch``."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    path = scratch / "again.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "raysoft", "run", str(path), "--out", str(scratch / "again")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return digest(proc.stdout.strip().splitlines()[-1])
+
+
+def check_digest(case: str, run, cfg: dict, scratch: Path) -> None:
+    """``run`` (of ``cfg``) has the pinned digest of ``case`` on this kind of CPU; on a kind with
+    none pinned, the digest of the same config run again in another process: determinism is
+    checked on every machine, the pinned digests being an extra check where there are some."""
+    got, want = digest(run), pinned(case)
+    if want is not None:
+        assert got == want, f"{case}: digest {got}, pinned {want} for {cpu_kind()}"
+        return
+    again = digest_elsewhere(cfg, scratch)
+    assert got == again, (f"{case}: no digest pinned for {cpu_kind()}, and two runs of the same config differ "
+                          f"({got} here, {again} in another process)")
 
 
 def expected_or_clean(case: str, clean_run) -> str:
