@@ -41,7 +41,7 @@ from pydantic import Field, ValidationError
 
 from .api import check_data
 from .backends.plan import slots
-from .config import Config, ConfigError, Section, apply_overrides, format_error, load_raw, parse_config
+from .config import Config, ConfigError, Section, apply_overrides, format_error, load_raw, load_yaml, parse_config
 from .errors import RunStopped
 from .results import atomic_path
 
@@ -66,7 +66,7 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     if not p.is_file():
         raise ConfigError(f"sweep file {str(p)!r} not found")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = load_yaml(p.read_text()) or {}
     except yaml.YAMLError:
         raise ConfigError(f"sweep file {str(p)!r}: invalid YAML") from None
     if not isinstance(raw, Mapping):
