@@ -36,6 +36,7 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     from .backends import auth
     from .backends.join import probe
     from .errors import JoinError, first_line
+    from .quiet import quiet_ray
 
     probe(address, join_timeout_s)
     auth.prepare(address)  # the cluster's token goes with every request, or a one-line refusal
@@ -45,11 +46,12 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     env = (yaml.safe_load(env_file.read_text()) or {}) if env_file.is_file() else {}
     env["working_dir"] = working_dir or str(ROOT)
     env["excludes"] = list(dict.fromkeys([*env.get("excludes", []), *EXCLUDES]))
-    try:
-        client = JobSubmissionClient(address)
-    except ConnectionError as err:
-        raise JoinError(f"ray.address {address}: {first_line(err)}") from None
-    job = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env=env, submission_id=submission_id)
+    with quiet_ray():  # the working directory's packaging, one INFO line per step, unless asked
+        try:
+            client = JobSubmissionClient(address)
+        except ConnectionError as err:
+            raise JoinError(f"ray.address {address}: {first_line(err)}") from None
+        job = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env=env, submission_id=submission_id)
     print(f"submitted {job}", file=sys.stderr)
     if not follow:
         print(job)
