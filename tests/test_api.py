@@ -365,3 +365,21 @@ def test_data_seed_keeps_the_data_and_the_run_seed_varies_the_training(tmp_path)
     assert len(a) == len(b) and not np.array_equal(a, b)
     again = raysoft.run(small_config(seed=0, data={"seed": 11}), out=tmp_path)
     np.testing.assert_array_equal(again.metrics.value.to_numpy(), a)
+
+
+def test_resume_says_which_round_it_continues_from(tmp_path, capsys):
+    # a run stopped by a non-finite update at round 3 keeps its checkpoint of round 2; --resume said nothing
+    # about where it continued
+    cfg = small_config(algorithm={"clients_per_round": 10}, output={"checkpoint_every": 2, "progress": "lines"},
+                       faults=[{"kind": "nan_update", "at_round": 3, "client": 0}])
+    with pytest.raises(raysoft.errors.UpdateError):
+        raysoft.run(cfg, out=tmp_path, dir_name="stopped")
+    run_dir = tmp_path / "stopped"
+    assert (run_dir / "checkpoint.pt").is_file() and not (run_dir / "summary.json").exists()
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**saved, "faults": []}))  # the cause put right
+    capsys.readouterr()
+    raysoft.resume(run_dir)
+    said = capsys.readouterr().err.splitlines()
+    assert f"fedsoft: resuming {run_dir} from round 2 of 4 (its last checkpoint)" in said
+    assert (run_dir / "summary.json").is_file()
