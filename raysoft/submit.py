@@ -72,6 +72,33 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     return 1
 
 
+def job_entrypoint(entry: list[str], address: str) -> list[str]:
+    """``entry`` with the output folder a Ray Job can keep: for ``raysoft run CONFIG`` (or
+    ``python -m raysoft run CONFIG``) without ``--out``, ``--out`` the config's ``output.dir``
+    (after its ``--set`` overrides) made absolute, as ``raysoft run --address http://...`` does
+    (:func:`raysoft.api.job_output_dir`: only for a cluster on this machine; a relative folder
+    for a remote one is refused in one line before anything is submitted). Any other entrypoint
+    is returned as it is."""
+    import shlex
+
+    at = next((i for i in range(len(entry) - 1) if entry[i].endswith("raysoft") and entry[i + 1] == "run"), None)
+    if at is None:
+        return entry
+    args = entry[at + 2:]
+    if any(a == "--out" or a.startswith("--out=") or a == "--resume" or a.startswith("--resume=") for a in args):
+        return entry
+    from .cli import build_parser
+    from .config import load_config
+
+    parsed, _ = build_parser().parse_known_args(["run", *args])
+    if not parsed.config:
+        return entry
+    from .api import job_output_dir
+
+    cfg = load_config(parsed.config, parsed.overrides)
+    return [*entry, "--out", shlex.quote(job_output_dir(cfg.output.dir, address))]
+
+
 def failure_line(job: str, status: str, error_type: str | None, message: str | None, logs: str) -> str:
     """One line for a job that did not succeed: its status, Ray's error type and the first line
     of its status message (cut at 300 characters), and the last line of its logs."""
@@ -109,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import RaysoftError, error_line, exit_code
 
     try:
+        entry = job_entrypoint(entry, args.address)  # a relative output.dir made absolute, as the CLI does
         return submit(args.address, entry, args.runtime_env, args.working_dir, args.submission_id,
                       not args.no_follow, args.join_timeout_s)
     except RaysoftError as err:
