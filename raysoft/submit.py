@@ -87,16 +87,33 @@ def job_entrypoint(entry: list[str], address: str) -> list[str]:
     args = entry[at + 2:]
     if any(a == "--out" or a.startswith("--out=") or a == "--resume" or a.startswith("--resume=") for a in args):
         return entry
-    from .cli import build_parser
-    from .config import load_config
-
-    parsed, _ = build_parser().parse_known_args(["run", *args])
-    if not parsed.config:
+    config, overrides = _run_arguments(args)
+    if config is None:
         return entry
     from .api import job_output_dir
+    from .config import load_config
 
-    cfg = load_config(parsed.config, parsed.overrides)
+    cfg = load_config(config, overrides)
     return [*entry, "--out", shlex.quote(job_output_dir(cfg.output.dir, address))]
+
+
+VALUED = ("--set", "--out", "--address", "--token-file", "--progress", "--resume")
+"""``raysoft run``'s options that take a value (``raysoft/cli.py``, ``raysoft/options.py``)."""
+
+
+def _run_arguments(args: list[str]) -> tuple[str | None, list[str]]:
+    """``raysoft run``'s CONFIG and ``--set`` overrides among ``args``."""
+    config, overrides = None, []
+    words = iter(args)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name in VALUED:
+            value = value if eq else next(words, "")
+            if name == "--set":
+                overrides.append(value)
+        elif not word.startswith("-") and config is None:
+            config = word
+    return config, overrides
 
 
 def failure_line(job: str, status: str, error_type: str | None, message: str | None, logs: str) -> str:

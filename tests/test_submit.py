@@ -43,3 +43,12 @@ def test_a_relative_folder_on_a_remote_cluster_is_refused_before_submitting(monk
                          text=True, timeout=120)
     assert ran.returncode == 2 and ran.stderr.startswith("submit: error: output.dir: 'runs' is relative"), ran.stderr
     assert len(ran.stderr.strip().splitlines()) == 1
+
+
+def test_the_options_read_as_taking_a_value_are_raysoft_runs():
+    from raysoft.cli import build_parser
+    from raysoft.submit import VALUED
+
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    valued = {o for a in run._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
+    assert set(VALUED) == valued
