@@ -201,3 +201,37 @@ def test_ctrl_c_stops_a_sweep_with_exit_130_one_resume_line_and_keeps_its_trials
     assert (runs / "trial-000" / "summary.json").stat().st_mtime_ns == first
     assert pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist() == run_id
     assert len(run_id) == 1 and pd.read_parquet(sweep_dir / "sweep.parquet").trial.tolist() == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_failed_trial_keeps_the_finished_and_checkpointed_trials_and_resume_continues_it(tmp_path):
+    # issue #45: no command deletes a finished or checkpointed run; a sweep's resume deleted the checkpointed
+    # trial and started it again
+    import subprocess
+    import sys
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(small_config(
+        algorithm={"clients_per_round": 10}, ray={"num_cpus": 2}, output={"checkpoint_every": 2})))
+    fault = [{"kind": "nan_update", "at_round": 3, "client": 0}]  # train.nan_policy: stop
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(
+        {"config": "base.yaml", "grid": {"faults": [[], fault]}, "trial": {"max_concurrent": 1}}))
+    out = tmp_path / "out"
+    ran = subprocess.run([sys.executable, "-m", "raysoft", "sweep", str(tmp_path / "sweep.yaml"), "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    sweep_dir = next(out.iterdir())
+    runs = sweep_dir / "runs"
+    assert ran.returncode == 1, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("raysoft: run stopped: sweep: trial 1 did not finish (1 of 2)"), ran.stderr
+    assert last.endswith(f"`raysoft sweep --resume {sweep_dir}` runs the unfinished trials again")
+    assert "Tuner.restore" not in ran.stderr and "TensorboardX" not in ran.stderr
+    assert (runs / "trial-000" / "summary.json").is_file()
+    assert (runs / "trial-001" / "checkpoint.pt").is_file() and not (runs / "trial-001" / "summary.json").exists()
+    run_id = pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist()
+    again = subprocess.run([sys.executable, "-m", "raysoft", "sweep", "--resume", str(sweep_dir)], capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 1  # the same fault, again at round 3: continued from its checkpoint, not redone
+    assert f"sweep: resuming {sweep_dir}: 1 of 2 trials finished; trial 1 from round 2 of 4 (its last checkpoint)" \
+        in again.stderr.splitlines(), again.stderr
+    assert (runs / "trial-001" / "checkpoint.pt").is_file()
+    assert pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist() == run_id
