@@ -58,13 +58,13 @@ class Section(BaseModel):
         if not isinstance(raw, Mapping):
             return raw
         fields = cls.model_fields
-        for key in raw:
+        for key in raw if cls.model_config.get("extra") == "forbid" else ():  # a plug-in may allow extra keys
             if key not in fields:
                 hint = nearest(key, sorted(fields)) if isinstance(key, str) else ""
                 raise ValueError(at(str(key), UNKNOWN_KEY + hint))
         fixed: dict[Any, Any] | None = None
         for key, value in raw.items():
-            if isinstance(value, bool):
+            if isinstance(value, bool) and key in fields:
                 words = _literal_words(fields[key].annotation)
                 word = next((w for w in _YAML_WORDS[value] if words and w in words), None)
                 if word is not None:

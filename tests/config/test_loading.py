@@ -136,6 +136,18 @@ def test_an_unknown_key_names_the_nearest_known_key(given, expected):
         load_raw(None, ["clok.speeds=equal"])
 
 
+def test_a_section_that_allows_extra_keys_keeps_them():
+    from pydantic import ConfigDict
+
+    from raysoft.config import Section
+
+    class Open(Section):
+        model_config = ConfigDict(extra="allow")
+        mode: str = "a"
+
+    assert Open.model_validate({"mode": "b", "other": 1}).model_extra == {"other": 1}
+
+
 @pytest.mark.parametrize("text,expected", [("off", "off"), ("on", "on"), ("auto", "auto"), ("no", "off"),
                                            ("yes", "on")])
 def test_yaml_booleans_are_the_words_of_a_choice(tmp_path, text, expected):
