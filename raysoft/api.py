@@ -23,6 +23,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -368,6 +369,17 @@ def _filesystem(uri: str):
     return fs, path
 
 
+def resumed_from(blob: Mapping[str, Any], cfg: Config) -> str:
+    """Where a run continues from its checkpoint ``blob``: ``from round 162 of 400 (its last
+    checkpoint)`` (``upload`` for a stream), the step of the checkpoint's own event."""
+    events = blob["recorder"].get("events", {})
+    steps = [step for step, kind in zip(events.get("step", []), events.get("kind", [])) if kind == "checkpoint"]
+    unit = "upload" if getattr(type(cfg.algorithm), "stream", False) else "round"
+    if not steps:
+        return "from its last checkpoint"
+    return f"from {unit} {int(steps[-1])} of {cfg.algorithm.rounds} (its last checkpoint)"
+
+
 def resume(run_dir: str | Path, *, address: str | None = None, progress: str | None = None) -> RunResult:
     """Continue a run from the last checkpoint in ``run_dir`` (from the start if it has none).
     The finished run's metrics equal those of an uninterrupted run with the same seed. The
@@ -381,12 +393,18 @@ def resume(run_dir: str | Path, *, address: str | None = None, progress: str | N
     cfg = check_data(_with_overrides(load_config(d / "config.yaml"), None, address))
     check_resources(cfg)
     run_id = d.name
+    where = "from the start (no checkpoint was written)"
     if (d / "checkpoint.pt").is_file():
         from .runtime.checkpoint import load_checkpoint
 
         blob = load_checkpoint(d)
         assert blob is not None
         run_id = blob["recorder"]["metrics"]["run_id"][0]
+        where = resumed_from(blob, cfg)
+    if (progress or cfg.output.progress) != "none":
+        sys.stderr.write(f"{cfg.algorithm.name}: resuming {d} {where}\n")
+        sys.stderr.flush()
+    log.info("resuming %s %s", d, where)
     with stop_on_signals():
         tables, summary, callbacks = _train(cfg, run_id, d, progress, resume=True, fresh=False)
         _finish(cfg, d, d, tables, summary)

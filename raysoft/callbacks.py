@@ -27,6 +27,9 @@ packages are optional extras.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,14 +106,47 @@ class TensorBoardLogger(Callback):
 
 
 class MLflowSettings(CallbackConfig):
-    tracking_uri: str | None = Field(None, description="MLflow's tracking URI; default MLflow's own (./mlruns)")
+    tracking_uri: str | None = Field(
+        None, description="MLflow's tracking URI (a folder, file://, http(s)://, a database); default "
+        "MLFLOW_TRACKING_URI if set, else the folder ./mlruns (an MLflow file store, set up by raysoft)")
     experiment: str = Field("raysoft", description="the MLflow experiment")
+
+
+DEFAULT_MLRUNS = "mlruns"
+"""The MLflow logger's folder when neither ``tracking_uri`` nor ``MLFLOW_TRACKING_URI`` names a
+store: ``./mlruns`` of the working directory, where ``mlflow ui --backend-store-uri ./mlruns``
+finds it. MLflow 3's own default, ``sqlite:///mlflow.db``, needs SQLAlchemy, which
+mlflow-skinny (the ``raysoft[mlflow]`` extra) does not install."""
+
+
+def is_file_store(uri: str) -> bool:
+    """A tracking URI that names a local folder (a path, or ``file:``)."""
+    return "://" not in uri and not uri.startswith(("databricks", "sqlite:", "postgresql", "mysql", "mssql")) \
+        or uri.startswith("file:")
+
+
+@contextmanager
+def _file_store_allowed(allowed: bool) -> Iterator[None]:
+    """MLflow 3 refuses a folder store unless ``MLFLOW_ALLOW_FILE_STORE`` is true (it is in
+    maintenance mode, still fully supported); raysoft's logger allows it for the store it was
+    given or chose, while MLflow is called, and leaves the process's environment as it was. A
+    user's explicit ``MLFLOW_ALLOW_FILE_STORE`` is respected."""
+    key = "MLFLOW_ALLOW_FILE_STORE"
+    if not allowed or key in os.environ:
+        yield
+        return
+    os.environ[key] = "true"
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
 
 
 class MLflowLogger(Callback):
     """Every metric row as an MLflow metric (key ``scope.metric.e<entity>.d<eval_dist>``), the
     config as parameters and the run directory as an artifact (needs ``pip install
-    'raysoft[mlflow]'``)."""
+    'raysoft[mlflow]'``). Without a ``tracking_uri`` (or ``MLFLOW_TRACKING_URI``) it logs to the
+    folder ``./mlruns`` (:data:`DEFAULT_MLRUNS`), which works with mlflow-skinny as installed."""
 
     Settings = MLflowSettings
     settings: MLflowSettings
@@ -122,20 +158,27 @@ class MLflowLogger(Callback):
         except ImportError:
             raise PluginError("callback 'mlflow': needs MLflow (pip install 'raysoft[mlflow]')") from None
         self.mlflow = mlflow
-        if settings.tracking_uri:
-            mlflow.set_tracking_uri(settings.tracking_uri)
-        mlflow.set_experiment(settings.experiment)
-        self.active = mlflow.start_run(run_name=run.run_id)
-        flat = pd.json_normalize(run.config.to_dict(), sep=".").iloc[0].to_dict()
-        mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
+        uri = settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or str(Path(DEFAULT_MLRUNS).absolute())
+        if is_file_store(uri) and not uri.startswith("file:"):
+            uri = Path(uri).expanduser().absolute().as_uri()
+        self.uri = uri
+        self.allowed = is_file_store(uri)
+        with _file_store_allowed(self.allowed):
+            mlflow.set_tracking_uri(uri)
+            mlflow.set_experiment(settings.experiment)
+            self.active = mlflow.start_run(run_name=run.run_id)
+            flat = pd.json_normalize(run.config.to_dict(), sep=".").iloc[0].to_dict()
+            mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})
 
     def on_rows(self, rows: pd.DataFrame) -> None:
-        for tag, value, step in _scalars(rows):
-            self.mlflow.log_metric(tag.replace("/", "."), value, step=step)
+        with _file_store_allowed(self.allowed):
+            for tag, value, step in _scalars(rows):
+                self.mlflow.log_metric(tag.replace("/", "."), value, step=step)
 
     def on_end(self, summary: dict[str, Any], run_dir: Path) -> None:
-        self.mlflow.log_artifacts(str(run_dir))
-        self.mlflow.end_run()
+        with _file_store_allowed(self.allowed):
+            self.mlflow.log_artifacts(str(run_dir))
+            self.mlflow.end_run()
 
 
 class Callbacks:

@@ -4,8 +4,10 @@ width and keeps the lines said below it), plain lines otherwise (logs, Ray Jobs)
 The ETA is measured from the first report (the initial evaluation, which comes after Ray's and
 the actors' start-up), so start-up time does not inflate it; every line names the algorithm.
 What the run survives (an injected fault, a client actor that died and its restart, a
-non-finite or late update) is said as it happens, one line each, below the bar; ``none`` is
-silent (``events.parquet`` and ``summary.json``'s ``events`` keep them)."""
+non-finite or late update) is said as it happens, below the bar: a run-wide event one line each,
+a client's events one line a round for each kind (``round 4: late_update, 27 clients (3, 8, …)``:
+a straggling clock can make dozens a round); ``none`` is silent (``events.parquet`` keeps every
+one, and ``summary.json``'s ``events`` counts them)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,42 @@ def event_line(label: str, ev: dict[str, Any]) -> str:
     who = f", client {ev['client']}" if ev.get("client", -1) >= 0 else ""
     detail = f": {ev['detail']}" if ev.get("detail") else ""
     return f"{label}round {ev['step']}: {ev['kind']}{who}{detail}"
+
+
+SHOWN_CLIENTS = 5
+"""How many of a round's clients a summarised event line names."""
+
+
+def event_lines(label: str, events: list[dict[str, Any]]) -> list[str]:
+    """The lines said for a round's events: one each for events of no client (an actor that
+    died, its recovery, an injected fault), and for a client's events one line per (round, kind),
+    naming the first clients; a kind that hit one client keeps its own line, detail included."""
+    lines: list[str] = []
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for ev in events:
+        if ev.get("client", -1) < 0:
+            lines.append(event_line(label, ev))
+            continue
+        key = (ev["step"], ev["kind"])
+        if key not in groups:
+            groups[key] = []
+            lines.append("")  # its place, filled below
+        groups[key].append(ev)
+    said = iter(groups.items())
+    for i, line in enumerate(lines):
+        if line:
+            continue
+        (step, kind), evs = next(said)
+        if len(evs) == 1:
+            lines[i] = event_line(label, evs[0])
+            continue
+        clients = sorted({ev["client"] for ev in evs})
+        shown = ", ".join(map(str, clients[:SHOWN_CLIENTS])) + (", ..." if len(clients) > SHOWN_CLIENTS else "")
+        details = {ev.get("detail") for ev in evs}
+        detail = f": {details.pop()}" if len(details) == 1 and None not in details and "" not in details else ""
+        lines[i] = (f"{label}round {step}: {kind}, {len(clients)} clients ({shown}){detail}; each one in "
+                    "events.parquet")
+    return lines
 
 
 class Progress:
@@ -69,8 +107,8 @@ class Progress:
             self.head = _fmt_headline(info["headline"])
         if self.mode == "none":
             return
-        for ev in info.get("events") or ():  # what the run survived, one line each, as it happens
-            self.say(event_line(self.label, ev))
+        for line in event_lines(self.label, list(info.get("events") or ())):  # what the run survived, as it happens
+            self.say(line)
         if self.mode == "bar":
             self._draw(r)
             return

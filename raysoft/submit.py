@@ -36,6 +36,7 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     from .backends import auth
     from .backends.join import probe
     from .errors import JoinError, first_line
+    from .quiet import quiet_ray
 
     probe(address, join_timeout_s)
     auth.prepare(address)  # the cluster's token goes with every request, or a one-line refusal
@@ -45,11 +46,12 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     env = (yaml.safe_load(env_file.read_text()) or {}) if env_file.is_file() else {}
     env["working_dir"] = working_dir or str(ROOT)
     env["excludes"] = list(dict.fromkeys([*env.get("excludes", []), *EXCLUDES]))
-    try:
-        client = JobSubmissionClient(address)
-    except ConnectionError as err:
-        raise JoinError(f"ray.address {address}: {first_line(err)}") from None
-    job = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env=env, submission_id=submission_id)
+    with quiet_ray():  # the working directory's packaging, one INFO line per step, unless asked
+        try:
+            client = JobSubmissionClient(address)
+        except ConnectionError as err:
+            raise JoinError(f"ray.address {address}: {first_line(err)}") from None
+        job = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env=env, submission_id=submission_id)
     print(f"submitted {job}", file=sys.stderr)
     if not follow:
         print(job)
@@ -68,6 +70,50 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     print(failure_line(job, str(info.status), info.error_type, info.message, client.get_job_logs(job)),
           file=sys.stderr)
     return 1
+
+
+def job_entrypoint(entry: list[str], address: str) -> list[str]:
+    """``entry`` with the output folder a Ray Job can keep: for ``raysoft run CONFIG`` (or
+    ``python -m raysoft run CONFIG``) without ``--out``, ``--out`` the config's ``output.dir``
+    (after its ``--set`` overrides) made absolute, as ``raysoft run --address http://...`` does
+    (:func:`raysoft.api.job_output_dir`: only for a cluster on this machine; a relative folder
+    for a remote one is refused in one line before anything is submitted). Any other entrypoint
+    is returned as it is."""
+    import shlex
+
+    at = next((i for i in range(len(entry) - 1) if entry[i].endswith("raysoft") and entry[i + 1] == "run"), None)
+    if at is None:
+        return entry
+    args = entry[at + 2:]
+    if any(a == "--out" or a.startswith("--out=") or a == "--resume" or a.startswith("--resume=") for a in args):
+        return entry
+    config, overrides = _run_arguments(args)
+    if config is None:
+        return entry
+    from .api import job_output_dir
+    from .config import load_config
+
+    cfg = load_config(config, overrides)
+    return [*entry, "--out", shlex.quote(job_output_dir(cfg.output.dir, address))]
+
+
+VALUED = ("--set", "--out", "--address", "--token-file", "--progress", "--resume")
+"""``raysoft run``'s options that take a value (``raysoft/cli.py``, ``raysoft/options.py``)."""
+
+
+def _run_arguments(args: list[str]) -> tuple[str | None, list[str]]:
+    """``raysoft run``'s CONFIG and ``--set`` overrides among ``args``."""
+    config, overrides = None, []
+    words = iter(args)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name in VALUED:
+            value = value if eq else next(words, "")
+            if name == "--set":
+                overrides.append(value)
+        elif not word.startswith("-") and config is None:
+            config = word
+    return config, overrides
 
 
 def failure_line(job: str, status: str, error_type: str | None, message: str | None, logs: str) -> str:
@@ -107,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import RaysoftError, error_line, exit_code
 
     try:
+        entry = job_entrypoint(entry, args.address)  # a relative output.dir made absolute, as the CLI does
         return submit(args.address, entry, args.runtime_env, args.working_dir, args.submission_id,
                       not args.no_follow, args.join_timeout_s)
     except RaysoftError as err:

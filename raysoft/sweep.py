@@ -19,7 +19,10 @@ resources. The trial's run directory is ``<sweep>/runs/trial-<i>`` (an ordinary 
 ``sweep.parquet`` has one row per trial: its index, its grid values, its run directory, every
 scalar of its ``summary.json`` (nested keys joined with ``.``) and the final evaluation's
 cluster metrics (``final.<metric>.c<center>.d<distribution>``). ``raysoft sweep --resume DIR``
-continues an interrupted sweep: finished trials keep their runs, the others run again.
+continues a stopped or failed sweep: finished trials keep their runs, a trial with a checkpoint
+(``output.checkpoint_every`` in the base config) continues from it, the others run again. A
+stopped or failed sweep deletes no finished or checkpointed trial; Ctrl-C says how many trials
+were kept and gives the ``--resume`` command (exit 130).
 """
 
 from __future__ import annotations
@@ -30,8 +33,12 @@ import math
 import os
 import secrets
 import shutil
+import signal
+import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +48,10 @@ from pydantic import Field, ValidationError
 
 from .api import check_data
 from .backends.plan import slots
-from .config import Config, ConfigError, Section, apply_overrides, format_error, load_raw, parse_config
+from .config import Config, ConfigError, Section, apply_overrides, format_error, load_raw, load_yaml, parse_config
 from .errors import RunStopped
+from .interrupts import Interrupted
+from .quiet import quiet_ray
 from .results import atomic_path
 
 SPEC = "sweep.yaml"  # the resolved sweep, in the sweep directory
@@ -66,7 +75,7 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     if not p.is_file():
         raise ConfigError(f"sweep file {str(p)!r} not found")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = load_yaml(p.read_text()) or {}
     except yaml.YAMLError:
         raise ConfigError(f"sweep file {str(p)!r}: invalid YAML") from None
     if not isinstance(raw, Mapping):
@@ -105,7 +114,7 @@ def trial_config(base: Mapping[str, Any], point: Mapping[str, Any], actors: int)
         raise ConfigError(f"sweep trial {where}: {err}") from None
     per_actor = math.ceil(cfg.data.clients / actors)
     ray = cfg.ray.model_copy(update={"backend": "ray", "placement": "trial", "clients_per_actor": per_actor})
-    out = cfg.output.model_copy(update={"progress": "none", "checkpoint_every": 0})
+    out = cfg.output.model_copy(update={"progress": "none"})  # checkpoint_every kept: a long trial resumes
     return cfg.model_copy(update={"ray": ray, "output": out})
 
 
@@ -144,7 +153,7 @@ def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: st
     modules' paths on the driver, importable here when this node sees them."""
     from ray import tune
 
-    from .api import run
+    from .api import resume, run
     from .plugins import ensure_importable
 
     ensure_importable(ship)
@@ -152,9 +161,13 @@ def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: st
     name = f"trial-{index:03d}"
     final = Path(runs) / name
     if not (final / "summary.json").is_file():
-        if final.exists():  # an unfinished run of an interrupted sweep
-            shutil.rmtree(final)
-        run(parse_config(cfg_dicts[index]), out=runs, dir_name=name)
+        if (final / "config.yaml").is_file():  # a checkpointed trial of a stopped sweep: continued, not redone
+            resume(final)
+        else:  # nothing resumable of it: a run without checkpoints cut short, or nothing at all
+            for left in (final, Path(runs) / f".{name}.partial"):
+                if left.exists():
+                    shutil.rmtree(left)
+            run(parse_config(cfg_dicts[index]), out=runs, dir_name=name)
     tune.report({"index": index})
 
 
@@ -187,6 +200,9 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
         (sweep_dir / SPEC).write_text(yaml.safe_dump(resolved, sort_keys=False))
     runs = sweep_dir / "runs"
     runs.mkdir(exist_ok=True)
+    if resume is not None:
+        sys.stderr.write(f"sweep: resuming {sweep_dir}: {resume_plan(runs, cfgs)}\n")
+        sys.stderr.flush()
     _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
           address or cfgs[0].ray.address, resume is not None)
     rows = []
@@ -199,6 +215,23 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
     with atomic_path(sweep_dir / "sweep.parquet") as tmp:
         df.to_parquet(tmp, index=False)
     return sweep_dir
+
+
+def resume_plan(runs: Path, cfgs: list[Config]) -> str:
+    """What a resumed sweep does with each trial: ``1 of 3 trials finished; trial 1 from round 162
+    of 400 (its last checkpoint); trial 2 from the start``."""
+    from .api import resumed_from
+    from .runtime.checkpoint import load_checkpoint
+
+    finished, rest = 0, []
+    for i, cfg in enumerate(cfgs):
+        run_dir = runs / f"trial-{i:03d}"
+        if (run_dir / "summary.json").is_file():
+            finished += 1
+            continue
+        blob = load_checkpoint(run_dir) if (run_dir / "checkpoint.pt").is_file() else None
+        rest.append(f"trial {i} {resumed_from(blob, cfg) if blob is not None else 'from the start'}")
+    return "; ".join([f"{finished} of {len(cfgs)} trials finished", *rest])
 
 
 def _cell(value: Any) -> Any:
@@ -261,10 +294,55 @@ def _pending_watch(deadline_s: float) -> Any:
     return Watch()
 
 
+class _SweepStop:
+    """Ctrl-C during a sweep: the first SIGINT asks Tune to stop its trials (through the SIGUSR1
+    handler Tune installs for that) and is remembered, so that the sweep then says it was
+    stopped and how to continue (not Tune's ``Tuner.restore`` line, not a failure); a second one
+    stops at once (``KeyboardInterrupt``). Tune's own SIGINT handler is left out
+    (``TUNE_DISABLE_SIGINT_HANDLER``) so that the signal is seen here."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if self.signum is not None or not callable(tune_stop):
+            raise KeyboardInterrupt
+        self.signum = signum
+        tune_stop(signal.SIGUSR1, frame)
+
+    @contextmanager
+    def catching(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGUSR1)}
+        env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # not a handler left by an earlier sweep's Tune
+        signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+            if env is None:
+                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+            else:
+                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = env
+
+
 def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
           runs: Path, address: str | None, resuming: bool) -> None:
     """Run the trials on Ray Tune (refusing a reservation the cluster can never hold, before a
-    local Ray starts); a trial that did not finish stops the sweep, resumable."""
+    local Ray starts); a trial that did not finish stops the sweep, resumable. Ray's and Tune's
+    own chatter is off unless asked (:mod:`raysoft.quiet`)."""
+    with quiet_ray():
+        _tune_trials(cfgs, reservation, max_concurrent, sweep_dir, runs, address, resuming)
+
+
+def _tune_trials(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None,
+                 sweep_dir: Path, runs: Path, address: str | None, resuming: bool) -> None:
     from ray import tune
 
     from .backends.cluster import joined_cluster, local_cluster
@@ -302,7 +380,17 @@ def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurren
                 run_config=tune.RunConfig(name="trials", storage_path=storage, verbose=0, stop=watch,
                                           callbacks=[watch.callback]),
             )
-        tuner.fit()
+        stop = _SweepStop()
+        with stop.catching():
+            tuner.fit()
+        if stop.signum is not None:
+            done = sum((runs / f"trial-{i:03d}" / "summary.json").is_file() for i in range(len(cfgs)))
+            kept = sum((d / "checkpoint.pt").is_file() and not (d / "summary.json").is_file()
+                       for d in (runs / f"trial-{i:03d}" for i in range(len(cfgs))))
+            held = f", {kept} checkpointed" if kept else ""
+            raise Interrupted(stop.signum, f"sweep stopped by {signal.Signals(stop.signum).name}; {done} of "
+                              f"{len(cfgs)} trials finished{held}, kept in {runs}; continue with: raysoft sweep "
+                              f"--resume {sweep_dir}")
         if watch.gave_up:
             need = sum(b.get("CPU", 0.0) for b in reservation)
             raise RunStopped(f"sweep: no trial could start for {rc.placement_timeout_s:g} s (ray.placement_timeout_s):"

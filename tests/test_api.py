@@ -402,3 +402,21 @@ def test_a_uri_run_whose_publishing_fails_keeps_its_staging_copy(tmp_path, monke
     (staging,) = scratch.iterdir()
     (kept,) = staging.iterdir()
     assert str(err.value).endswith(str(kept)) and (kept / "summary.json").is_file()
+
+
+def test_resume_says_which_round_it_continues_from(tmp_path, capsys):
+    # a run stopped by a non-finite update at round 3 keeps its checkpoint of round 2; --resume said nothing
+    # about where it continued
+    cfg = small_config(algorithm={"clients_per_round": 10}, output={"checkpoint_every": 2, "progress": "lines"},
+                       faults=[{"kind": "nan_update", "at_round": 3, "client": 0}])
+    with pytest.raises(raysoft.errors.UpdateError):
+        raysoft.run(cfg, out=tmp_path, dir_name="stopped")
+    run_dir = tmp_path / "stopped"
+    assert (run_dir / "checkpoint.pt").is_file() and not (run_dir / "summary.json").exists()
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**saved, "faults": []}))  # the cause put right
+    capsys.readouterr()
+    raysoft.resume(run_dir)
+    said = capsys.readouterr().err.splitlines()
+    assert f"fedsoft: resuming {run_dir} from round 2 of 4 (its last checkpoint)" in said
+    assert (run_dir / "summary.json").is_file()

@@ -414,10 +414,12 @@ def test_on_ray_the_plugin_is_shipped_to_the_actors_and_its_failure_is_one_line(
 
 def test_the_mlflow_logger_records_every_metric_row(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3's plain-folder store, for the test
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # as a user has it: raysoft allows its folder
     uri = (tmp_path / "mlruns").as_uri()
     run = raysoft.run(small_config(callbacks=[{"name": "mlflow", "tracking_uri": uri, "experiment": "t"}]),
                       out=tmp_path / "runs")
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ  # the process's environment left as it was
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the test's own reading of the store
     import mlflow
 
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
@@ -429,6 +431,32 @@ def test_the_mlflow_logger_records_every_metric_row(tmp_path, monkeypatch):
     history = client.get_metric_history(found[0].info.run_id, key)
     assert [(h.step, h.value) for h in history][-1] == (int(row.step), pytest.approx(float(row.value)))
     assert found[0].data.params["algorithm.name"] == "fedsoft"
+
+
+@pytest.mark.parametrize("given", [None, "./elsewhere"])
+def test_the_mlflow_logger_works_as_documented_in_a_users_environment(tmp_path, given):
+    # `--set callbacks='[{name: mlflow}]'` failed: MLflow 3 defaults to sqlite:///mlflow.db, which mlflow-skinny
+    # cannot open, and a folder store asked for MLFLOW_ALLOW_FILE_STORE=true; the test above set that variable
+    # itself, so it passed while a user's run failed
+    pytest.importorskip("mlflow")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(yaml.safe_dump(small_config()))
+    entry = "{name: mlflow}" if given is None else f"{{name: mlflow, tracking_uri: {given}}}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    ran = subprocess.run([RAYSOFT, "run", str(cfg), "--out", "runs", "--set", f"callbacks=[{entry}]"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    store = tmp_path / ("mlruns" if given is None else "elsewhere")
+    import mlflow
+
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # for the test's own reading of the store
+    try:
+        client = mlflow.tracking.MlflowClient(tracking_uri=store.as_uri())
+        found = client.search_runs([client.get_experiment_by_name("raysoft").experiment_id])
+    finally:
+        del os.environ["MLFLOW_ALLOW_FILE_STORE"]
+    assert [r.info.run_name for r in found] == [Path(ran.stdout.strip().splitlines()[-1]).name]
+    assert any(k.startswith("cluster.mse.") for k in found[0].data.metrics)
 
 
 def test_raysoft_compare_runs_a_plugin_beside_the_builtins(plugdir, tmp_path):

@@ -50,3 +50,18 @@ def test_an_event_line_starts_below_the_bar_and_none_is_silent():
     quiet = io.StringIO()
     Progress(4, "none", stream=quiet)({"round": 3, "headline": None, "events": EVENTS})
     assert quiet.getvalue() == ""
+
+
+def test_a_rounds_client_events_are_one_line_a_kind():
+    # the README's straggler clock said 1,312 late_update lines in 50 rounds, burying the progress line
+    late = [{"step": 4, "kind": "late_update", "client": k,
+             "detail": f"op train: would take {20 + k} simulated s, past the round deadline of 20 s"} for k in
+            (41, 3, 8, 12, 40, 9, 77)]
+    nan = [{"step": 4, "kind": "nan_update", "detail": "op train: non-finite update", "client": k} for k in (5, 6)]
+    out = io.StringIO()
+    Progress(50, "lines", stream=out, label="fedsoft")({"round": 4, "headline": None,
+                                                        "events": [*late[:3], *nan, *late[3:], EVENTS[0]]})
+    assert out.getvalue().splitlines() == [
+        "fedsoft round 4: late_update, 7 clients (3, 8, 9, 12, 40, ...); each one in events.parquet",
+        "fedsoft round 4: nan_update, 2 clients (5, 6): op train: non-finite update; each one in events.parquet",
+        "fedsoft round 3: fault_injected: kill actor 1"]

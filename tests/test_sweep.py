@@ -148,3 +148,90 @@ def test_trials_waiting_for_a_cluster_that_does_not_grow_give_up_after_the_deadl
     assert last.startswith("1 sweep: no trial could start for 5 s (ray.placement_timeout_s): the cluster (2 CPUs"), \
         proc.stdout + proc.stderr[-2000:]
     assert "has no room for a trial's 4 CPUs and did not grow; `raysoft sweep --resume " in last
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_sweep_with_exit_130_one_resume_line_and_keeps_its_trials(tmp_path):
+    # (Tune stops a running trial within about 5 s; trial 1 needs far longer to finish)
+    # a sweep stopped with Ctrl-C printed Tune's Tuner.restore(...) line, then "its error is in .../tune" though
+    # nothing failed, and exited 1; its resume deleted the checkpointed trial and started it again
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(small_config(
+        algorithm={"eval_every": 50}, train={"local_epochs": 2},
+        ray={"num_cpus": 2}, output={"checkpoint_every": 5})))
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(
+        {"config": "base.yaml", "grid": {"algorithm.rounds": [2, 600, 2]}, "trial": {"max_concurrent": 1}}))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "raysoft", "sweep", str(tmp_path / "sweep.yaml"), "--out",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(out.glob("*/runs/trial-001/checkpoint.pt")):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground process group
+    stdout, stderr = proc.communicate(timeout=120)
+    sweep_dir = next(out.iterdir())
+    runs = sweep_dir / "runs"
+    assert proc.returncode == 130, stderr
+    lines = stderr.strip().splitlines()
+    assert lines[-1] == (f"raysoft: sweep stopped by SIGINT; 1 of 3 trials finished, 1 checkpointed, kept in {runs}; "
+                         f"continue with: raysoft sweep --resume {sweep_dir}"), stderr
+    for chatter in ("Tuner.restore", "its error is in", "TensorboardX", "Stop signal received"):
+        assert chatter not in stderr
+    assert stdout == ""  # no Tune table
+    assert (runs / "trial-000" / "summary.json").is_file()
+    assert (runs / "trial-001" / "checkpoint.pt").is_file() and not (runs / "trial-001" / "summary.json").exists()
+    run_id = pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist()
+    first = (runs / "trial-000" / "summary.json").stat().st_mtime_ns
+    # resumed: the checkpointed trial continues its own run (a new run would have a run id of its own), the finished
+    # one is left alone
+    done = subprocess.run([sys.executable, "-m", "raysoft", "sweep", "--resume", str(sweep_dir)], capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("sweep: resuming")]
+    assert len(said) == 1 and said[0].startswith(f"sweep: resuming {sweep_dir}: 1 of 3 trials finished; trial 1 "
+                                                 f"from round "), done.stderr
+    assert said[0].endswith(" of 600 (its last checkpoint); trial 2 from the start")
+    assert (runs / "trial-000" / "summary.json").stat().st_mtime_ns == first
+    assert pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist() == run_id
+    assert len(run_id) == 1 and pd.read_parquet(sweep_dir / "sweep.parquet").trial.tolist() == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_failed_trial_keeps_the_finished_and_checkpointed_trials_and_resume_continues_it(tmp_path):
+    # issue #45: no command deletes a finished or checkpointed run; a sweep's resume deleted the checkpointed
+    # trial and started it again
+    import subprocess
+    import sys
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(small_config(
+        algorithm={"clients_per_round": 10}, ray={"num_cpus": 2}, output={"checkpoint_every": 2})))
+    fault = [{"kind": "nan_update", "at_round": 3, "client": 0}]  # train.nan_policy: stop
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(
+        {"config": "base.yaml", "grid": {"faults": [[], fault]}, "trial": {"max_concurrent": 1}}))
+    out = tmp_path / "out"
+    ran = subprocess.run([sys.executable, "-m", "raysoft", "sweep", str(tmp_path / "sweep.yaml"), "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    sweep_dir = next(out.iterdir())
+    runs = sweep_dir / "runs"
+    assert ran.returncode == 1, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("raysoft: run stopped: sweep: trial 1 did not finish (1 of 2)"), ran.stderr
+    assert last.endswith(f"`raysoft sweep --resume {sweep_dir}` runs the unfinished trials again")
+    assert "Tuner.restore" not in ran.stderr and "TensorboardX" not in ran.stderr
+    assert (runs / "trial-000" / "summary.json").is_file()
+    assert (runs / "trial-001" / "checkpoint.pt").is_file() and not (runs / "trial-001" / "summary.json").exists()
+    run_id = pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist()
+    again = subprocess.run([sys.executable, "-m", "raysoft", "sweep", "--resume", str(sweep_dir)], capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 1  # the same fault, again at round 3: continued from its checkpoint, not redone
+    assert f"sweep: resuming {sweep_dir}: 1 of 2 trials finished; trial 1 from round 2 of 4 (its last checkpoint)" \
+        in again.stderr.splitlines(), again.stderr
+    assert (runs / "trial-001" / "checkpoint.pt").is_file()
+    assert pd.read_parquet(runs / "trial-001" / "metrics.parquet").run_id.unique().tolist() == run_id

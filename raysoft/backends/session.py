@@ -31,7 +31,9 @@ def plugin_env(cfg: Config) -> dict[str, Any] | None:
 
     from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
 
-    with tempfile.TemporaryDirectory(prefix="raysoft-ship-") as scratch:
+    from ..quiet import quiet_ray
+
+    with tempfile.TemporaryDirectory(prefix="raysoft-ship-") as scratch, quiet_ray():
         return upload_py_modules_if_needed({"py_modules": paths}, include_gitignore=True, scratch_dir=scratch)
 
 

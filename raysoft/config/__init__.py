@@ -12,8 +12,9 @@ exactly the hyper-parameters it has.
 One module a concern: :mod:`.section` (the base, one-line errors), one module a section
 (:mod:`.algorithm`, :mod:`.data`, :mod:`.model`, :mod:`.train`, :mod:`.backend` for ``ray``,
 :mod:`.output`, :mod:`.clock`, :mod:`.faults`, :mod:`.callbacks`), :mod:`.experiment` (the whole
-config and the rules across sections), :mod:`.regimes`, :mod:`.overrides` (``--set``) and
-:mod:`.loading` (YAML and validation).
+config and the rules across sections), :mod:`.regimes`, :mod:`.overrides` (``--set``),
+:mod:`.yamlio` (YAML read as ML people write it: ``1e-3`` a number) and :mod:`.loading` (YAML
+files and validation).
 
 Bad input raises :class:`ConfigError` whose message is one line naming the key and the problem.
 """
@@ -33,9 +34,11 @@ from .overrides import apply_overrides
 from .regimes import COMPARE_DEFAULT, REGIME_SECTIONS, apply_regime
 from .section import Section, format_error
 from .train import TrainConfig
+from .yamlio import load_yaml
 
 __all__ = [
     "COMPARE_DEFAULT", "PARTITIONS", "REGIME_SECTIONS", "AlgorithmConfig", "CallbackConfig", "ClockConfig", "Config",
     "ConfigError", "DataConfig", "Fault", "ModelConfig", "OutputConfig", "RayConfig", "Section", "TrainConfig",
-    "apply_overrides", "apply_regime", "format_error", "load_config", "load_raw", "name_problem", "parse_config",
+    "apply_overrides", "apply_regime", "format_error", "load_config", "load_raw",
+    "load_yaml", "name_problem", "parse_config",
 ]

@@ -3,6 +3,7 @@ into a :class:`~raysoft.config.Config`, every refusal a one-line :class:`ConfigE
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from ..plugins import registered, settings_class
 from .experiment import Config
 from .overrides import apply_overrides
 from .regimes import apply_regime
-from .section import format_error
+from .section import UNKNOWN_KEY, format_error
+from .yamlio import load_yaml
 
 
 def parse_config(raw: Mapping[str, Any] | None) -> Config:
@@ -28,7 +30,7 @@ def parse_config(raw: Mapping[str, Any] | None) -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(format_error(err).replace("\n", " ") + _other_algorithms_hint(err)) from None
+        raise ConfigError(_other_algorithms_hint(format_error(err).replace("\n", " "))) from None
 
 
 def _algorithm_keys(name: str) -> set[str]:
@@ -38,18 +40,22 @@ def _algorithm_keys(name: str) -> set[str]:
         return set()
 
 
-def _other_algorithms_hint(err: ValidationError) -> str:
-    """For an unknown key of the algorithm section that other built-in algorithms have: say
-    which, since a config holding several algorithms' keys is meant for ``raysoft compare``."""
-    e = err.errors()[0]
-    keys = [p for p in e["loc"] if isinstance(p, str) and not p[:1].isupper()]
-    if e["type"] != "extra_forbidden" or len(keys) != 2 or keys[0] != "algorithm":
-        return ""
-    owners = [name for name in sorted(registered("algorithms")) if keys[1] in _algorithm_keys(name)]
+_UNKNOWN_ALGORITHM_KEY = re.compile(rf"^algorithm\.(\w+): {UNKNOWN_KEY}")
+
+
+def _other_algorithms_hint(line: str) -> str:
+    """``line``, and for an unknown key of the algorithm section that other built-in algorithms
+    have, which (instead of the nearest key), since a config holding several algorithms' keys is
+    meant for ``raysoft compare``."""
+    found = _UNKNOWN_ALGORITHM_KEY.match(line)
+    if found is None:
+        return line
+    key = found.group(1)
+    owners = [name for name in sorted(registered("algorithms")) if key in _algorithm_keys(name)]
     if not owners:
-        return ""
-    return (f" ({keys[1]} is a key of {', '.join(owners)}: a config with several algorithms' keys is for "
-            "raysoft compare CONFIG --algorithms ...)")
+        return line
+    return (f"algorithm.{key}: {UNKNOWN_KEY} ({key} is a key of {', '.join(owners)}: a config with several "
+            "algorithms' keys is for raysoft compare CONFIG --algorithms ...)")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
@@ -65,7 +71,7 @@ def load_raw(path: str | Path | None = None, overrides: list[str] | None = None)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} not found")
         try:
-            raw = yaml.safe_load(p.read_text()) or {}
+            raw = load_yaml(p.read_text()) or {}
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark else ""

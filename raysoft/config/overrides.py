@@ -5,7 +5,6 @@ same strings."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,13 +12,12 @@ import yaml
 
 from ..errors import ConfigError
 from .experiment import Config
-
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # 1e-3: a string to YAML 1.1, a number to a user
+from .section import nearest
+from .yamlio import load_yaml
 
 
 def _parse(text: str) -> Any:
-    value = yaml.safe_load(text) if text else ""
-    return float(text) if isinstance(value, str) and _FLOAT.fullmatch(text) else value
+    return load_yaml(text) if text else ""  # 1e-3 a number, as in a config file
 
 
 def _copy(value: Any) -> Any:
@@ -41,7 +39,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, A
         except yaml.YAMLError:
             raise ConfigError(f"--set {key}: cannot parse value {text!r}") from None
         if parts[0] not in (*Config.SECTIONS, "regimes"):
-            raise ConfigError(f"{parts[0]}: unknown section (known: {', '.join(Config.SECTIONS)}, regimes)")
+            known = [*Config.SECTIONS, "regimes"]
+            raise ConfigError(f"{parts[0]}: unknown section{nearest(parts[0], known)} (known: {', '.join(known)})")
         node = out
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})

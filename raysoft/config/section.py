@@ -6,13 +6,71 @@ A validator that knows which key inside its section is wrong marks its message w
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+UNKNOWN_KEY = "unknown key"
+
+_YAML_WORDS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}
+"""The words YAML 1.1 reads as booleans, for each boolean (``off`` -> False)."""
+
+
+def _literal_words(annotation: Any) -> set[str] | None:
+    """The string values a field's ``Literal[...]`` (or ``Literal[...] | None``) allows; None when
+    the field also takes a boolean, or is not such a literal."""
+    if typing.get_origin(annotation) is Literal:
+        values = typing.get_args(annotation)
+        return None if any(isinstance(v, bool) for v in values) else {v for v in values if isinstance(v, str)}
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        words: set[str] = set()
+        for arg in typing.get_args(annotation):
+            if arg is bool:
+                return None
+            found = _literal_words(arg) if arg is not type(None) else set()
+            if found is None:
+                return None
+            words |= found
+        return words
+    return None
+
+
+def nearest(key: str, known: list[str]) -> str:
+    """`` (did you mean `x`?)`` for the known key nearest to ``key``, or ``""`` when none is near."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
+    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 class Section(BaseModel):
-    """Base of every config section: frozen, strict types, unknown keys rejected."""
+    """Base of every config section: frozen, strict types, unknown keys rejected (naming the
+    nearest known key), and an ``off``/``on`` that YAML read as a boolean taken as the word where
+    the key is a choice of words that has it (``train.batched_clients: off``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _section_raw_keys(cls, raw: Any) -> Any:
+        if not isinstance(raw, Mapping):
+            return raw
+        fields = cls.model_fields
+        for key in raw if cls.model_config.get("extra") == "forbid" else ():  # a plug-in may allow extra keys
+            if key not in fields:
+                hint = nearest(key, sorted(fields)) if isinstance(key, str) else ""
+                raise ValueError(at(str(key), UNKNOWN_KEY + hint))
+        fixed: dict[Any, Any] | None = None
+        for key, value in raw.items():
+            if isinstance(value, bool) and key in fields:
+                words = _literal_words(fields[key].annotation)
+                word = next((w for w in _YAML_WORDS[value] if words and w in words), None)
+                if word is not None:
+                    fixed = dict(raw) if fixed is None else fixed
+                    fixed[key] = word
+        return raw if fixed is None else fixed
 
 
 def at(key: str, message: str) -> str:
@@ -38,7 +96,7 @@ def format_error(err: ValidationError) -> str:
     loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p[:1].isupper()))
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = UNKNOWN_KEY
     elif msg.startswith("Value error, "):
         key, msg = _strip_marker(msg[len("Value error, "):])
         if key is not None:

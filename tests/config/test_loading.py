@@ -98,6 +98,72 @@ def test_overrides_reach_any_depth_and_read_exponents_as_numbers():
         apply_overrides({"seed": 1}, ["seed.x=1"])
 
 
+def test_a_job_file_reads_exponents_as_numbers_as_set_does(tmp_path):
+    # YAML 1.1 reads 5e-3 as the string '5e-3': the file was refused while --set train.lr=5e-3 worked
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {lr: 5e-3, weight_decay: 1E-4}\nalgorithm: {sigma: -1.5e+0, rounds: 3}\n"
+                    "data: {root: '1e-3'}\n")
+    raw = load_raw(path)
+    assert raw["train"] == {"lr": 0.005, "weight_decay": 0.0001} and raw["algorithm"]["sigma"] == -1.5
+    assert raw["data"]["root"] == "1e-3"  # quoted: still a string
+    path.write_text("train: {lr: 5e-3}\n")
+    assert load_config(path).train.lr == 0.005 == load_config(None, ["train.lr=5e-3"]).train.lr
+
+
+def test_a_sweep_file_reads_exponents_as_numbers(tmp_path):
+    from raysoft.sweep import load_spec
+
+    (tmp_path / "base.yaml").write_text("train: {lr: 1e-2}\n")
+    (tmp_path / "s.yaml").write_text("config: base.yaml\ngrid: {train.lr: [1e-3, 5e-3]}\n")
+    spec, base = load_spec(tmp_path / "s.yaml")
+    assert spec.grid == {"train.lr": [0.001, 0.005]} and base["train"]["lr"] == 0.01
+
+
+@pytest.mark.parametrize("given,expected", [
+    ({"algorithm": {"prox_wieght": 1}}, "algorithm.prox_wieght: unknown key (did you mean `prox_weight`?)"),
+    ({"train": {"bacth_size": 1}}, "train.bacth_size: unknown key (did you mean `batch_size`?)"),
+    ({"ray": {"backnd": "ray"}}, "ray.backnd: unknown key (did you mean `backend`?)"),
+    ({"callbacks": [{"name": "tensorboard", "logdr": "x"}]}, "callbacks.0.logdr: unknown key (did you mean `logdir`?)"),
+    ({"faults": [{"kind": "kill_actor", "at_round": 1, "actor": 0, "actr": 1}]},
+     "faults.0.actr: unknown key (did you mean `actor`?)"),
+    ({"clok": {}}, "clok: unknown key (did you mean `clock`?)"),
+    ({"train": {"zzz": 1}}, "train.zzz: unknown key"),
+])
+def test_an_unknown_key_names_the_nearest_known_key(given, expected):
+    with pytest.raises(ConfigError) as err:
+        parse_config(given)
+    assert str(err.value) == expected
+    with pytest.raises(ConfigError, match=r"^clok: unknown section \(did you mean `clock`\?\) \(known: seed"):
+        load_raw(None, ["clok.speeds=equal"])
+
+
+def test_a_section_that_allows_extra_keys_keeps_them():
+    from pydantic import ConfigDict
+
+    from raysoft.config import Section
+
+    class Open(Section):
+        model_config = ConfigDict(extra="allow")
+        mode: str = "a"
+
+    assert Open.model_validate({"mode": "b", "other": 1}).model_extra == {"other": 1}
+
+
+@pytest.mark.parametrize("text,expected", [("off", "off"), ("on", "on"), ("auto", "auto"), ("no", "off"),
+                                           ("yes", "on")])
+def test_yaml_booleans_are_the_words_of_a_choice(tmp_path, text, expected):
+    # YAML 1.1 reads off/on/no/yes as booleans: train.batched_clients=off was refused (got False)
+    assert load_config(None, [f"train.batched_clients={text}"]).train.batched_clients == expected
+    path = tmp_path / "c.yaml"
+    path.write_text(f"train: {{batched_clients: {text}}}\nclock: {{speeds: off}}\n")
+    cfg = load_config(path)
+    assert cfg.train.batched_clients == expected and cfg.clock.speeds == "off"
+    assert load_config(None, ["train.shuffle=on"]).train.shuffle is True  # a boolean key keeps its boolean
+    with pytest.raises(ConfigError, match=r"^clock\.speeds: Input should be 'off', 'equal', 'lognormal' or 'file' "
+                                          r"\(got True\)$"):
+        load_config(None, ["clock.speeds=on"])  # no "on" among its words
+
+
 def test_missing_and_invalid_files(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")

@@ -1,0 +1,93 @@
+"""Ray's and Ray Tune's own chatter, off unless asked (``RAYSOFT_RAY_LOGS=1``).
+
+raysoft says what a run or a sweep does in its own lines; around them Ray logs each file package
+it builds and pushes (``packaging.py``: dozens of INFO lines for a Ray Job's working directory),
+and Tune warns that TensorboardX is missing, prints its experiment table on stdout and, on
+Ctrl-C, offers its own ``Tuner.restore(...)`` where ``raysoft sweep --resume`` is the command to
+use. :func:`quiet_ray` silences exactly those while its block runs; Ray's warnings and errors
+about anything else still come through. ``RAYSOFT_RAY_LOGS=1`` keeps everything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+ASK = "RAYSOFT_RAY_LOGS"
+"""The environment variable that keeps Ray's and Tune's own messages (any value but empty or 0)."""
+
+INFO_LOGGERS = ("ray._private.runtime_env", "ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk")
+"""Loggers whose INFO lines (file packages built and pushed) are chatter: WARNING and above only."""
+
+DROPPED = {
+    "ray.tune.utils.callback": ("TensorboardX logger cannot be instantiated",),
+    "ray.tune.tune": ("Stop signal received", "Tuner.restore", "Trials did not complete"),
+    "ray.tune.analysis.experiment_analysis": ("Failed to fetch metrics",),
+}
+"""logger -> the messages of it that raysoft says better itself (or that do not apply)."""
+
+ENVIRONMENT = {"RAY_AIR_NEW_OUTPUT": "0"}
+"""Tune's legacy reporter, which verbose=0 silences (the new one prints its experiment table)."""
+
+
+def asked() -> bool:
+    """Whether the user asked for Ray's and Tune's own messages."""
+    return os.environ.get(ASK, "") not in ("", "0")
+
+
+class _Drop(logging.Filter):
+    def __init__(self, phrases: tuple[str, ...]) -> None:
+        super().__init__()
+        self.phrases = phrases
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(p in text for p in self.phrases)
+
+
+def _module_of(name: str) -> None:
+    """Import the module that owns logger ``name`` (one that sets its own level on import must
+    have done so before the level is changed here)."""
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+
+
+@contextmanager
+def quiet_ray() -> Iterator[None]:
+    """Ray's packaging INFO lines and Tune's chatter off while the block runs (unless
+    :func:`asked`); the loggers and the environment are restored after it."""
+    if asked():
+        yield
+        return
+    levels: list[tuple[logging.Logger, int]] = []
+    filters: list[tuple[logging.Logger, logging.Filter]] = []
+    env = {k: os.environ.get(k) for k in ENVIRONMENT}
+    for name in INFO_LOGGERS:
+        _module_of(name)
+        logger = logging.getLogger(name)
+        levels.append((logger, logger.level))
+        if logger.getEffectiveLevel() < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+    for name, phrases in DROPPED.items():
+        logger = logging.getLogger(name)
+        drop = _Drop(phrases)
+        logger.addFilter(drop)
+        filters.append((logger, drop))
+    os.environ.update(ENVIRONMENT)
+    try:
+        yield
+    finally:
+        for logger, level in levels:
+            logger.setLevel(level)
+        for logger, added in filters:
+            logger.removeFilter(added)
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,54 @@
+"""jobs/submit.py's entrypoint: the output folder a Ray Job keeps, as `raysoft run --address http://` has it."""
+
+import subprocess
+import sys
+
+import pytest
+from support.paths import ROOT
+
+from raysoft.config import ConfigError
+from raysoft.submit import job_entrypoint
+
+LOCAL = "http://127.0.0.1:8265"
+
+
+def test_a_raysoft_run_without_out_writes_to_the_configs_folder_made_absolute(tmp_path, monkeypatch):
+    # docs/running.md's `jobs/submit.py --address http://127.0.0.1:8265 -- raysoft run jobs/fedsoft_synthetic.yaml`
+    # failed in the Job: it refuses the relative output.dir (runs), a folder Ray deletes with the job
+    monkeypatch.chdir(ROOT)
+    entry = ["raysoft", "run", "jobs/fedsoft_synthetic.yaml"]
+    assert job_entrypoint(entry, LOCAL) == [*entry, "--out", str(ROOT / "runs")]
+    with_set = ["python", "-m", "raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--set", "output.dir=elsewhere"]
+    assert job_entrypoint(with_set, "http://localhost:8265")[-2:] == ["--out", str(ROOT / "elsewhere")]
+
+
+@pytest.mark.parametrize("entry", [
+    ["raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--out", "/shared/runs"],
+    ["raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--out=s3://bucket/runs"],
+    ["raysoft", "run", "--resume", "/shared/runs/x"],
+    ["python", "train.py"],
+    ["raysoft", "sweep", "jobs/sweep_example.yaml"],
+])
+def test_other_entrypoints_are_submitted_as_they_are(entry, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert job_entrypoint(entry, LOCAL) == entry
+
+
+def test_a_relative_folder_on_a_remote_cluster_is_refused_before_submitting(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match=r"^output\.dir: 'runs' is relative, and a Ray Job's working directory"):
+        job_entrypoint(["raysoft", "run", "jobs/fedsoft_synthetic.yaml"], "http://10.0.0.9:8265")
+    ran = subprocess.run([sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://10.0.0.9:8265",
+                          "--", "raysoft", "run", "jobs/fedsoft_synthetic.yaml"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 2 and ran.stderr.startswith("submit: error: output.dir: 'runs' is relative"), ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
+
+
+def test_the_options_read_as_taking_a_value_are_raysoft_runs():
+    from raysoft.cli import build_parser
+    from raysoft.submit import VALUED
+
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    valued = {o for a in run._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
+    assert set(VALUED) == valued
