@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `raysoft bench --device cuda` on the GPU machine (issue #44, item 3): a prepared script for one
-# GPU session. From the root of a checkout that has .device/ (../shared/device/build-bundle.sh):
+# GPU session, the bench half of jobs/gpu_check.sh. From the root of a checkout (with an offline
+# bundle in .device/ where the machine lacks raysoft's dependencies):
 #
 #   bash jobs/gpu_bench.sh                      remotely: OUT is set, carry [".device"]
 #   OUT=/tmp/gb GPU_BENCH_DEVICE=cpu GPU_BENCH_QUICK=1 PYTHON=.venv/bin/python bash jobs/gpu_bench.sh

@@ -193,8 +193,8 @@ def test_the_pfl_option_reaches_the_bench(argv, pfl, monkeypatch):
     got = {}
     monkeypatch.setattr(raysoft.bench, "main", lambda *args: got.setdefault("args", args) and 0)
     assert cli_main(["bench", "--workload", "W1", "--flower", "skip", *argv]) == 0
-    workloads, rounds, out, quick, flower, clients, got_pfl, timeout = got["args"]
-    assert (workloads, flower, got_pfl, timeout) == (["W1"], "skip", pfl, 7200.0)
+    workloads, rounds, out, quick, flower, clients, got_pfl, timeout, device, share = got["args"]
+    assert (workloads, flower, got_pfl, timeout, device) == (["W1"], "skip", pfl, 7200.0, "cpu")
 
 
 def test_the_help_names_the_pfl_option(capsys):
