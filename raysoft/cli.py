@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from .bench.venvs import peer_venv
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
 from .errors import RaysoftError, error_line, exit_code, full_traceback
 from .options import add_cluster, add_overrides, add_progress, add_traceback, wants_traceback
@@ -97,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "time: memory.parquet, memory.md, memory.png")
     b.add_argument("--timeout", type=float, default=7200.0,
                    help="seconds one measurement may take before it is stopped, exit 1 (default: %(default)g)")
-    b.add_argument("--flower", default=".venv-flower",
-                   help="the Flower virtual environment (created on first use), or 'skip'")
-    b.add_argument("--pfl", default=".venv-pfl",
+    b.add_argument("--flower", default=str(peer_venv("flower")),
+                   help="the Flower virtual environment (created on first use), or 'skip' (default: %(default)s)")
+    b.add_argument("--pfl", default=str(peer_venv("pfl")),
                    help="the virtual environment of pfl 0.6.0, Apple's pfl-research, the peer of W1 and W2 "
                         "(created on first use), or 'skip' (default: %(default)s)")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"],

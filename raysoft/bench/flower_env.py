@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .venvs import ensure_venv, peer_requirements, pip, run_script
+from .venvs import ensure_venv, peer_requirements, peer_venv, pip, run_script
 
 BENCH_SCRIPT = Path(__file__).with_name("flower.py")
 FLOWER_VERSION = "1.42.0"
@@ -100,4 +100,4 @@ def run_flower(
 __all__ = ["FLOWER_REQUIREMENTS", "ensure_flower_venv", "run_flower", "BENCH_SCRIPT"]
 
 if __name__ == "__main__":  # pragma: no cover - convenience: python -m raysoft.bench.flower_env PATH
-    print(ensure_flower_venv(Path(sys.argv[1] if len(sys.argv) > 1 else ".venv-flower")))
+    print(ensure_flower_venv(Path(sys.argv[1]) if len(sys.argv) > 1 else peer_venv("flower")))

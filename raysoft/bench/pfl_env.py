@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .venvs import ensure_venv, peer_requirements, run_script
+from .venvs import ensure_venv, peer_requirements, peer_venv, run_script
 
 BENCH_SCRIPT = Path(__file__).with_name("pfl_bench.py")
 PFL_VERSION = "0.6.0"
@@ -40,4 +40,4 @@ def run_pfl(python: Path, data_npz: Path, out_json: Path, workers: int = 2, time
 __all__ = ["PFL_REQUIREMENTS", "ensure_pfl_venv", "run_pfl", "BENCH_SCRIPT"]
 
 if __name__ == "__main__":  # pragma: no cover - convenience: python -m raysoft.bench.pfl_env PATH
-    print(ensure_pfl_venv(Path(sys.argv[1] if len(sys.argv) > 1 else ".venv-pfl")))
+    print(ensure_pfl_venv(Path(sys.argv[1]) if len(sys.argv) > 1 else peer_venv("pfl")))

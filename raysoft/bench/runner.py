@@ -22,6 +22,7 @@ from ..errors import first_line
 from ..results import atomic_path
 from .gpu import GpuSampler, cuda_available
 from .memory import PeakSampler, tree_memory_mb
+from .venvs import peer_venv
 from .workloads import (
     DEFAULT_GPU_SHARE,
     DEFAULT_ROUNDS,
@@ -180,7 +181,7 @@ def row(workload: str, system: str, cfg: dict[str, Any], res: dict[str, Any], pe
 
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
-          timeout: float | None = None, clients: int | None = None, pfl: str = ".venv-pfl",
+          timeout: float | None = None, clients: int | None = None, pfl: str | None = None,
           device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> Any:
     """Run every (workload, system); write ``bench.parquet`` and return its table. ``clients``:
     W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``;
@@ -198,7 +199,7 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
             res_path = scratch / f"{name.replace(':', '-')}-{system}.json"
             gpu = GpuSampler() if device == "cuda" else None
             if system in PEERS:
-                venv_dir = {"flower": flower, "pfl": pfl}[system]
+                venv_dir = {"flower": flower, "pfl": pfl or str(peer_venv("pfl"))}[system]
                 why = peer_skip(system, venv_dir, device)
                 if why is not None:
                     if why != "skip":
@@ -327,7 +328,7 @@ def check_device(device: str, gpu_share: float, has_cuda: Callable[[], bool] = c
 
 
 def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool, flower: str,
-         clients: int | None = None, pfl: str = ".venv-pfl", timeout: float = DEFAULT_TIMEOUT_S,
+         clients: int | None = None, pfl: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
          device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> int:
     """``raysoft bench`` once raysoft/cli.py has parsed it: prints the bench table, then (last
     line) the directory holding bench.parquet. Bad input (``--device cuda`` without CUDA

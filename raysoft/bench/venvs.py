@@ -23,6 +23,17 @@ from pathlib import Path
 Fallback = Callable[[Path, subprocess.CompletedProcess], "tuple[subprocess.CompletedProcess, str] | None"]
 
 
+def peer_venv(peer: str) -> Path:
+    """Where a peer's venv lives by default: outside any checkout, in the user's cache
+    (``$RAYSOFT_PEER_VENVS``, else ``$XDG_CACHE_HOME/raysoft``, else ``~/.cache/raysoft``), as
+    ``venv-<peer>``: several GB each, made once and shared by every checkout and test run."""
+    home = os.environ.get("RAYSOFT_PEER_VENVS")
+    if home:
+        return Path(home) / f"venv-{peer}"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "raysoft" / f"venv-{peer}"
+
+
 def torch_requirement() -> str:
     """``torch==X.Y.Z`` of the calling interpreter (a local tag such as ``+cpu`` dropped, so
     the peer venv's pip may pick whichever build of that release the index has)."""

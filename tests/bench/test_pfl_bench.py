@@ -15,6 +15,7 @@ import pytest
 from support.paths import ROOT
 
 from raysoft.bench import runner, venvs
+from raysoft.bench.venvs import peer_venv
 from raysoft.bench.workloads import SYSTEMS, workload_config
 from raysoft.cli import main as cli_main
 
@@ -185,7 +186,7 @@ def test_pfl_is_a_peer_of_w1_and_w2_only():
 
 
 @pytest.mark.parametrize(
-    "argv, pfl", [([], ".venv-pfl"), (["--pfl", "skip"], "skip"), (["--pfl", "/x/venv"], "/x/venv")]
+    "argv, pfl", [([], str(peer_venv("pfl"))), (["--pfl", "skip"], "skip"), (["--pfl", "/x/venv"], "/x/venv")]
 )
 def test_the_pfl_option_reaches_the_bench(argv, pfl, monkeypatch):
     import raysoft.bench
@@ -255,7 +256,7 @@ def test_pfl_runs_from_its_venv_on_the_bare_loops_export(tmp_path, monkeypatch):
 def pfl_python() -> Path:
     from raysoft.bench.pfl_env import ensure_pfl_venv
 
-    path = Path(os.environ.get("RAYSOFT_PFL_VENV", ROOT / ".venv-pfl"))
+    path = Path(os.environ.get("RAYSOFT_PFL_VENV") or peer_venv("pfl"))
     try:
         return ensure_pfl_venv(path)
     except RuntimeError as err:
@@ -298,3 +299,15 @@ def test_pfl_reproduces_the_bare_loops_w2_accuracy_and_w1_centers(tmp_path, monk
     assert w1["quality_metric"] == "center mse"
     assert w1["quality"] == pytest.approx(bare1["quality"], rel=1e-3)
     assert np.isfinite(pd.Series(w1["sec_per_round"])).all()
+
+
+def test_peer_venvs_live_outside_the_checkout_in_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAYSOFT_PEER_VENVS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert peer_venv("pfl") == tmp_path / "cache" / "raysoft" / "venv-pfl"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert peer_venv("flower") == tmp_path / "home" / ".cache" / "raysoft" / "venv-flower"
+    monkeypatch.setenv("RAYSOFT_PEER_VENVS", str(tmp_path / "peers"))
+    assert peer_venv("flower") == tmp_path / "peers" / "venv-flower"
+    assert ROOT not in peer_venv("pfl").parents
