@@ -28,7 +28,16 @@ check: install data
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# PYTHON given (PYTHON=python3.12 make run) and .venv made by another Python: made again with it
 install: $(STAMP)
+	@if [ "$(origin PYTHON)" = "environment" ] || [ "$(origin PYTHON)" = "command line" ]; then \
+		want=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+		have=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+		if [ "$$want" != "$$have" ]; then \
+			echo "PYTHON=$(PYTHON) is Python $$want but $(VENV) has Python $$have: making $(VENV) again with $(PYTHON)"; \
+			rm -rf $(VENV) && $(MAKE) --no-print-directory install; \
+		fi; \
+	fi
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "raysoft needs Python 3.11+; set PYTHON=python3.11")'

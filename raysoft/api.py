@@ -322,6 +322,8 @@ def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: b
         if keep:
             err.add_note(f"The run directory is {_kept(work)}.")
         raise
+    finally:
+        bar.close()  # before the stop message is written: never drawn again below it
 
 
 def _end_callbacks(callbacks: Callbacks, summary: dict[str, Any], run_dir: Path) -> None:

@@ -118,6 +118,13 @@ class Progress:
             self.stream.write(f"{self.label}round {r}/{self.total}  elapsed {elapsed}  ETA {left}  {self.head}\n")
             self.stream.flush()
 
+    def close(self) -> None:
+        """End the bar where it is (a stopped run's bar stays as it was, with the line after it
+        free for the stop message: nothing is drawn again below that)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
     def _draw(self, r: int) -> None:
         if self.bar is None:
             self.bar = tqdm(total=self.total, initial=r, desc=self.label.strip() or None, file=self.stream,

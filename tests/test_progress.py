@@ -65,3 +65,16 @@ def test_a_rounds_client_events_are_one_line_a_kind():
         "fedsoft round 4: late_update, 7 clients (3, 8, 9, 12, 40, ...); each one in events.parquet",
         "fedsoft round 4: nan_update, 2 clients (5, 6): op train: non-finite update; each one in events.parquet",
         "fedsoft round 3: fault_injected: kill actor 1"]
+
+
+def test_a_closed_bar_stays_as_it_was_and_draws_nothing_more():
+    """A stopped run closes its bar before the stop message: the message's line is the last."""
+    out = io.StringIO()
+    bar = Progress(5, "bar", stream=out)
+    bar({"round": 2, "headline": None})
+    bar.close()
+    drawn = out.getvalue()
+    assert "2/5" in drawn and drawn.endswith("\n") and bar.bar is None
+    out.write("raysoft: run stopped by SIGINT\n")
+    bar.close()  # twice is harmless
+    assert out.getvalue() == drawn + "raysoft: run stopped by SIGINT\n"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, MultipleLocator
 
 from ..results import atomic_path
 from . import analysis as an
@@ -54,9 +54,24 @@ def _title(run: RunData, what: str) -> str:
     return f"{run.algorithm}: {what}\n{run.name}"
 
 
-def _rounds_axis(ax, stream: bool = False) -> None:
+def tick_spacing(steps: Sequence[int] | np.ndarray, most: int = 10) -> int | None:
+    """The x-ticks' spacing for measurements at ``steps``: a multiple of their own spacing (the
+    evaluation interval: ticks at 0, 10, ..., 50 for evaluations every 5 rounds, never 0, 6, ...,
+    48), that multiple 1, 2 or 5 times a power of ten, the smallest with at most ``most`` + 1
+    ticks; None for fewer than two distinct steps."""
+    s = sorted({int(x) for x in steps})
+    if len(s) < 2:
+        return None
+    every = math.gcd(*[b - a for a, b in zip(s, s[1:])])
+    need = math.ceil((s[-1] - s[0]) / every / most)
+    k = next(m * 10**p for p in range(12) for m in (1, 2, 5) if m * 10**p >= need)
+    return every * k
+
+
+def _rounds_axis(ax, stream: bool = False, steps: Sequence[int] | np.ndarray | None = None) -> None:
     ax.set_xlabel("global epoch t (uploads)" if stream else "round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    spacing = None if steps is None else tick_spacing(steps)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True) if spacing is None else MultipleLocator(spacing))
 
 
 def plot_center_metric(run: RunData) -> Figure | None:
@@ -77,7 +92,7 @@ def plot_center_metric(run: RunData) -> Figure | None:
             ax.plot(series.step.to_numpy(), series.value.to_numpy(), style, marker="o", markersize=3,
                     label=f"center {c}" + (" (matched)" if c == matching.get(d) else ""), gid=f"center-{c}")
         ax.set_title(f"distribution {d}")
-        _rounds_axis(ax, run.is_stream)
+        _rounds_axis(ax, run.is_stream, sub.step.to_numpy())
         ax.set_ylabel(f"test {run.metric}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
@@ -116,7 +131,7 @@ def plot_weights_by_group(run: RunData) -> Figure | None:
             series = mean.loc[(c, g)].sort_index()
             ax.plot(series.index.to_numpy(), series.to_numpy(), marker="o", markersize=3, label=g, gid=g)
         ax.set_title(title)
-        _rounds_axis(ax, run.is_stream)
+        _rounds_axis(ax, run.is_stream, mean.index.get_level_values("step").to_numpy())
         ax.set_ylabel("mean importance weight")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
@@ -279,7 +294,8 @@ def plot_comparison(runs: Sequence[RunData]) -> Figure | None:
                 ax.plot(col.index.to_numpy(), col.to_numpy(), marker="o", markersize=3, label=an.run_label(r, runs),
                         gid=r.name)
             ax.set_title(f"distribution {d}")
-            _rounds_axis(ax)
+            _rounds_axis(ax, steps=[int(x) for r in drawn if r.metric == metric and d in series[r.path].columns
+                                    for x in series[r.path][d].dropna().index])
             if any(r.is_stream for r in drawn):
                 ax.set_xlabel("round (streams: global epoch t)" if not all(r.is_stream for r in drawn)
                               else "global epoch t (uploads)")

@@ -256,3 +256,15 @@ def test_a_path_that_is_not_a_run_directory_is_an_error_and_nothing_is_written(r
         assert sorted(p.name for p in good.iterdir()) == before
         assert sorted(p.name for p in half.iterdir()) == ["metrics.parquet"]
         assert not out.exists()
+
+
+def test_x_ticks_fall_on_the_evaluation_interval():
+    """Evaluations every 5 rounds, 0..50: ticks every 5 (not 0, 6, ..., 48); longer runs a nice
+    multiple of the interval; one step: matplotlib's own integer ticks."""
+    from raysoft.report.figures import tick_spacing
+
+    assert tick_spacing(range(0, 51, 5)) == 5
+    assert tick_spacing(range(0, 201, 5)) == 25  # 40 intervals: 5 of them a tick
+    assert tick_spacing([0, 3, 6, 9]) == 3
+    assert tick_spacing(range(0, 2001, 80)) == 400
+    assert tick_spacing([4]) is None
