@@ -69,10 +69,13 @@ def quiet_ray() -> Iterator[None]:
     env = {k: os.environ.get(k) for k in ENVIRONMENT}
     for name in INFO_LOGGERS:
         _module_of(name)
-        logger = logging.getLogger(name)
-        levels.append((logger, logger.level))
-        if logger.getEffectiveLevel() < logging.WARNING:
-            logger.setLevel(logging.WARNING)
+        family = [logging.getLogger(name)] + [  # and its descendants with a level of their own
+            lg for key, lg in list(logging.root.manager.loggerDict.items())
+            if key.startswith(name + ".") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET]
+        for logger in family:
+            if logger.getEffectiveLevel() < logging.WARNING:
+                levels.append((logger, logger.level))
+                logger.setLevel(logging.WARNING)
     for name, phrases in DROPPED.items():
         logger = logging.getLogger(name)
         drop = _Drop(phrases)

@@ -24,3 +24,18 @@ def ray_session():
                  logging_level=logging.WARNING)  # a Ray of its own, never another one on the machine
     yield ray
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``RAYSOFT_TEST_ORDER=reverse`` or ``shuffle:SEED`` runs the tests in another order, to show
+    that none depends on the ones before it (docs/running.md#development)."""
+    import os
+    import random
+
+    order = os.environ.get("RAYSOFT_TEST_ORDER", "")
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("shuffle:"):
+        random.Random(int(order.split(":", 1)[1])).shuffle(items)
+    elif order:
+        raise pytest.UsageError(f"RAYSOFT_TEST_ORDER: {order!r} is not 'reverse' or 'shuffle:SEED'")

@@ -18,10 +18,19 @@ class Catch(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+SPEAKERS = ("ray", "ray._private.runtime_env.packaging", "ray.dashboard.modules.dashboard_sdk",
+            "ray.tune.utils.callback", "ray.tune.tune")  # the loggers _say_everything uses
+
+
 @pytest.fixture
 def caught(monkeypatch):
     monkeypatch.delenv(quiet.ASK, raising=False)
     monkeypatch.delenv("RAY_AIR_NEW_OUTPUT", raising=False)
+    # Ray's loggers as a fresh process has them, whatever an earlier test's ray.init(logging_level=...)
+    # left set: "ray" open, the others inheriting from it
+    levels = {name: logging.getLogger(name).level for name in SPEAKERS}
+    for name in SPEAKERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if name == "ray" else logging.NOTSET)
     catch = Catch()
     ray_logger = logging.getLogger("ray")
     ray_logger.addHandler(catch)
@@ -29,6 +38,8 @@ def caught(monkeypatch):
         yield catch
     finally:
         ray_logger.removeHandler(catch)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _say_everything() -> None:
@@ -53,6 +64,14 @@ def test_packaging_info_and_tunes_chatter_are_off_inside_and_back_after(caught):
     caught.lines.clear()
     _say_everything()
     assert len(caught.lines) == 6
+
+
+def test_a_descendant_with_a_level_of_its_own_is_quiet_too(caught):
+    logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.INFO)  # as Ray may set it
+    with quiet_ray():
+        _say_everything()
+    assert caught.lines == ["a real warning", "another Tune warning"]
+    assert logging.getLogger("ray._private.runtime_env.packaging").level == logging.INFO  # restored
 
 
 def test_asked_for_everything_is_kept(caught, monkeypatch):
