@@ -330,7 +330,8 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
     ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
     steps_per_epoch = spe[0]
     active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
-    stepping = torch.arange(num, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
+    stepping = (torch.arange(num, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
+                if fixed else None)  # fixed: which rows step at step j (the others are masked out)
     w = start.clone()
     if adam:
         m, v = _stack_state(opts, d, "exp_avg", device), _stack_state(opts, d, "exp_avg_sq", device)
@@ -372,7 +373,7 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
                 if pull_target is not None:
                     g = g - pull_target[a]
                 ga = g + o0.weight_decay * wa if o0.weight_decay else g
-                if fixed:
+                if stepping is not None:
                     _masked_step(w, m if adam else None, v if adam else None, None if adam else buf, ga,
                                  stepping[j][:, None], o0, lr_all[epoch, j] if adam else None,
                                  bc2_sqrt_all[epoch, j] if adam else None)
