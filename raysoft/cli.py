@@ -187,12 +187,10 @@ def main(argv: list[str] | None = None) -> int:
 
                     out = job_output_dir(args.out or cfg.output.dir, args.address)
 
-                    import shlex
-
-                    entry = ["raysoft", "run", shlex.quote(args.config)]
+                    entry = ["raysoft", "run", args.config]
                     for o in args.overrides:
-                        entry += ["--set", shlex.quote(o)]
-                    entry += ["--out", shlex.quote(out)]
+                        entry += ["--set", o]
+                    entry += ["--out", out]
                     return submit(args.address, entry, join_timeout_s=cfg.ray.join_timeout_s)
                 print(run(cfg, out=args.out, address=args.address, progress=args.progress).location)
         elif args.command == "sweep":

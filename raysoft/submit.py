@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import sys
 from pathlib import Path
 
@@ -27,12 +28,18 @@ ROOT = Path.cwd()  # the working directory that is uploaded (the repository, whe
 EXCLUDES = ["runs/", "*.log", "*.partial", ".venv*/", "__pycache__/", ".pytest_cache/", ".hypothesis/", ".git/"]
 
 
+def entrypoint_line(words: list[str]) -> str:
+    """The shell line a Ray Job runs for the argument words ``words``, each word quoted where the
+    shell would split or expand it (``--set 'callbacks=[{name: mlflow}]'`` stays one word)."""
+    return shlex.join(words)
+
+
 def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, working_dir: str | None = None,
            submission_id: str | None = None, follow: bool = True, join_timeout_s: float = 30.0) -> int:
-    """Submit ``entrypoint`` to the Jobs API at ``address``; follow the logs; 0 if it SUCCEEDED,
-    else 1 with one line on stderr saying why (the job's status message and its last log line).
-    :class:`~raysoft.errors.JoinError` (one line) if the Jobs API does not answer within
-    ``join_timeout_s``."""
+    """Submit ``entrypoint`` (argument words, as a shell passes them) to the Jobs API at
+    ``address``; follow the logs; 0 if it SUCCEEDED, else 1 with one line on stderr saying why
+    (the job's status message and its last log line). :class:`~raysoft.errors.JoinError` (one
+    line) if the Jobs API does not answer within ``join_timeout_s``."""
     from .backends import auth
     from .backends.join import probe
     from .errors import JoinError, first_line
@@ -51,7 +58,7 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
             client = JobSubmissionClient(address)
         except ConnectionError as err:
             raise JoinError(f"ray.address {address}: {first_line(err)}") from None
-        job = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env=env, submission_id=submission_id)
+        job = client.submit_job(entrypoint=entrypoint_line(entrypoint), runtime_env=env, submission_id=submission_id)
     print(f"submitted {job}", file=sys.stderr)
     if not follow:
         print(job)

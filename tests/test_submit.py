@@ -52,3 +52,29 @@ def test_the_options_read_as_taking_a_value_are_raysoft_runs():
     run = build_parser()._subparsers._group_actions[0].choices["run"]
     valued = {o for a in run._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
     assert set(VALUED) == valued
+
+
+@pytest.mark.parametrize("words", [
+    ["raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--set", "callbacks=[{name: mlflow}]"],
+    ["raysoft", "run", "my job.yaml", "--set", "output.dir=it's here", "--out", "/a b/$HOME"],
+])
+def test_a_jobs_entrypoint_keeps_every_word_whole(words):
+    # the words were joined with spaces: a Job's shell split `callbacks=[{name: mlflow}]` in two
+    import shlex
+
+    from raysoft.submit import entrypoint_line
+
+    assert shlex.split(entrypoint_line(words)) == words
+
+
+def test_run_with_a_jobs_address_submits_its_words_once_quoted(monkeypatch, tmp_path):
+    import raysoft.submit
+    from raysoft.cli import main
+
+    sent: list[list[str]] = []
+    monkeypatch.setattr(raysoft.submit, "submit", lambda address, entry, **kw: sent.append(entry) or 0)
+    monkeypatch.chdir(ROOT)
+    rc = main(["run", "jobs/fedsoft_synthetic.yaml", "--set", "output.dir=my runs", "--address", LOCAL])
+    assert rc == 0
+    assert sent == [["raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--set", "output.dir=my runs",
+                     "--out", str(ROOT / "my runs")]]
