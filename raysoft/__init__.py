@@ -1,4 +1,12 @@
-"""raysoft: soft- and hard-clustered federated learning simulated on Ray."""
+"""raysoft: soft- and hard-clustered federated learning simulated on Ray.
+
+The package's front door for Python: ``run`` (one experiment from a config file, a dict or a
+:class:`Config`, returning a :class:`RunResult` with its run directory), ``resume`` (a run from its
+last checkpoint), ``load_config`` (a YAML file with ``--set``-style overrides, validated) and the
+errors a caller may catch. Importing it also pins MKL's rounding (below), so that the same seed
+gives the same numbers in every process. The command line is :mod:`raysoft.cli`; plug-ins import
+:mod:`raysoft.sdk`.
+"""
 
 import os
 

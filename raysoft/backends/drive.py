@@ -1,4 +1,8 @@
-"""The driver's loop, shared by the backends."""
+"""The driver's loop, shared by the backends: ask the coordinator for one unit of work at a
+time (the initial evaluation, then a round or a stream step), hand each step's progress to the
+progress line and the callbacks, and end the run early when a callback asks. The in-process
+backend calls its coordinator directly, the Ray backend through the coordinator actor; both
+drive it with :func:`drive`, so that progress and early stops behave the same on either."""
 
 from __future__ import annotations
 

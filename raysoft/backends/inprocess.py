@@ -1,4 +1,6 @@
-"""In-process backend: every client in one ClientHost in this process (tests, debugging)."""
+"""The in-process backend (``ray.backend: inprocess``): every client in one ClientHost and the
+coordinator in this process, no Ray started. It gives the same numbers as the Ray backend for
+the same seed, so tests, debugging and the one-process measurements of docs/results.md use it."""
 
 from __future__ import annotations
 
