@@ -55,13 +55,14 @@ def _as_meant(annotation: Any, value: Any) -> Any:
     word by :func:`~raysoft.config.load_yaml`) or a boolean (a mapping from code or an older
     reader): the word for a choice of words that has it, the boolean for a key that takes one."""
     words = _literal_words(annotation)
-    if isinstance(value, bool):
-        return next((w for w in _YAML_WORDS[value] if words and w in words), value)
     if isinstance(value, str) and value.lower() in BOOL_WORDS:
         if words and value.lower() in words:
             return value.lower()
         if _takes_bool(annotation):
             return BOOL_WORDS[value.lower()]
+        return next((w for w in _YAML_WORDS[BOOL_WORDS[value.lower()]] if words and w in words), value)
+    if isinstance(value, bool):
+        return next((w for w in _YAML_WORDS[value] if words and w in words), value)
     return value
 
 
