@@ -278,7 +278,8 @@ def test_another_algorithms_key_points_to_raysoft_compare():
     ({"name": "fpfc_synthetic", "rotations": [0, 90]},
      r"data\.rotations: unknown key \(rotations is a key of the datasets cifar10, cifar100, emnist_letters, fmnist\)$"),
     ({"name": "synthetic", "rotations": [0, 90]}, r"data\.rotations: unknown key \(rotations is a key of the datasets"),
-    ({"name": "fmnist", "theta_std": 3.0}, r"data\.theta_std: unknown key \(theta_std is a key of the datasets synthetic\)$"),
+    ({"name": "fmnist", "theta_std": 3.0},
+     r"data\.theta_std: unknown key \(theta_std is a key of the datasets synthetic\)$"),
     ({"name": "fmnist", "rotations": [0]}, r"data: rotations has 1 angles but distributions is 2$"),
     ({"name": "emnist_letters", "distributions": 3, "partition": "random"}, "data: emnist_letters has 1, 2 or 4"),
 ])
