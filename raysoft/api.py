@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 
 from .backends import run_backend
 from .callbacks import Callbacks
-from .config import Config, ConfigError, load_config, name_problem, parse_config
+from .config import Config, ConfigError, load_config, load_saved_config, name_problem, parse_config
 from .errors import DataFileError, MissingDataError, RunStopped, first_line, one_line
 from .interrupts import Interrupted, stop_on_signals
 from .plugins import is_builtin, plugin_names, resolve, short_name
@@ -102,13 +102,14 @@ def check_data(cfg: Config) -> Config:
     the model does not fit the data; pin the resolved data folder into the config so that
     workers on other nodes do not depend on this environment. Imports neither torch nor
     torchvision (the driver of a Ray run then never does)."""
-    from .catalog import IMAGE_DATASETS, data_kind, model_misfit
+    from .catalog import IMAGE_DATASETS, ImageData, data_kind, model_misfit
     from .datafiles import DataFileError, MissingDataError, default_root, verify_files
 
     root = None
-    if cfg.data.name in IMAGE_DATASETS:
+    data = cfg.data
+    if isinstance(data, ImageData) and data.name in IMAGE_DATASETS:
         try:
-            root = default_root(cfg.data.name, cfg.data.root)
+            root = default_root(data.name, data.root)
             verify_files(cfg.data.name, root)
         except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
@@ -133,7 +134,7 @@ def check_data(cfg: Config) -> Config:
             verify(cfg.data)
         except (OSError, ValueError) as err:
             raise ConfigError(f"data: {cfg.data.name}: {one_line(err)}") from None
-    if root is not None and cfg.data.root != root:
+    if root is not None and getattr(cfg.data, "root", None) != root:
         cfg = _replace(cfg, "data", root=str(root))
     return cfg
 
@@ -392,7 +393,7 @@ def resume(run_dir: str | Path, *, address: str | None = None, progress: str | N
         raise ConfigError(f"--resume: {str(d)!r} is not a run directory (no config.yaml)")
     if (d / "summary.json").is_file():
         raise ConfigError(f"--resume: {str(d)!r} is already complete")
-    cfg = check_data(_with_overrides(load_config(d / "config.yaml"), None, address))
+    cfg = check_data(_with_overrides(load_saved_config(d / "config.yaml"), None, address))
     check_resources(cfg)
     run_id = d.name
     where = "from the start (no checkpoint was written)"

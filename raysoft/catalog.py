@@ -2,19 +2,19 @@
 builds it (``implementation``). raysoft's entry points (groups ``raysoft.models`` and
 ``raysoft.datasets``) register these classes, so that a driver validates a config without
 importing torch; :mod:`raysoft.plugins` imports the implementation where a model or a client's
-data is built (docs/plugins.md#lazy-plug-ins). The keys are the common sections' own
-(:class:`~raysoft.config.ModelConfig`, :class:`~raysoft.config.DataConfig`).
+data is built (docs/plugins.md#lazy-plug-ins). Each class holds the keys of its model or dataset
+beside the common section's (:class:`~raysoft.config.ModelConfig`,
+:class:`~raysoft.config.DataConfig`).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .config import DataConfig, ModelConfig
-
-_D = TypeVar("_D", bound=DataConfig)
+from .config.data import BuiltinPartition
 
 
 # --------------------------------------------------------------------------- models
@@ -30,51 +30,77 @@ class LogisticModel(ModelConfig):
     implementation: ClassVar[str | None] = "raysoft.models:logistic"
 
 
-class CNNModel(ModelConfig):
-    """Two convolutions and two fully connected layers (FedSoft's letters CNN; ``channels``,
-    ``hidden``)."""
+class ConvModel(ModelConfig):
+    """The keys of the built-in convolutional models."""
+
+    memory_format: Literal["contiguous", "channels_last"] = Field(
+        "contiguous", description="channels_last pools faster on CPU but measured no faster on W2's images "
+        "(docs/performance.md); the same function, float rounding aside"
+    )
+
+
+class CNNModel(ConvModel):
+    """Two convolutions and two fully connected layers (FedSoft's letters CNN)."""
 
     implementation: ClassVar[str | None] = "raysoft.models:cnn"
 
+    channels: list[int] = Field(default_factory=lambda: [32, 64], description="the two convolutions' channels")
+    hidden: int = Field(512, ge=1, description="width of the hidden FC layer")
 
-class CifarCNNModel(ModelConfig):
+    @field_validator("channels")
+    @classmethod
+    def _two_channels(cls, v: list[int]) -> list[int]:
+        if len(v) != 2 or min(v) < 1:
+            raise ValueError("must be two positive integers, e.g. [32, 64]")
+        return v
+
+
+class CifarCNNModel(ConvModel):
     """FedSoft's CIFAR-10 CNN."""
 
     implementation: ClassVar[str | None] = "raysoft.models:cifar_cnn"
 
 
-class ResNet18Model(ModelConfig):
+class ResNet18Model(ConvModel):
     """torchvision's ResNet-18 for 32x32 inputs, GroupNorm instead of BatchNorm."""
 
     implementation: ClassVar[str | None] = "raysoft.models:resnet18"
 
 
 # --------------------------------------------------------------------------- datasets
-def _refuse_rotations(cfg: _D) -> _D:
-    if cfg.rotations is not None:
-        raise ValueError(f"rotations is for image datasets, not {cfg.name}")
-    return cfg
-
-
 class SyntheticData(DataConfig):
     """FedSoft's synthetic linear regression: S distributions y = x theta_s + noise."""
 
     implementation: ClassVar[str | None] = "raysoft.data.synthetic:SyntheticRegression"
 
-    @model_validator(mode="after")
-    def _no_rotations(self) -> SyntheticData:
-        return _refuse_rotations(self)
+    partition: BuiltinPartition = Field("10:90", description="how the clients' true mixtures are drawn: 10:90, "
+                                        "30:70, linear (these three need S = 2), random or clusters")
+    dim: int = Field(10, ge=1, description="input dimension d")
+    theta_std: float = Field(10.0, gt=0.0, description="sigma_0 of theta_s (paper 10; reference code sqrt(10))")
+    noise_std: float = Field(1.0, ge=0.0, description="std of epsilon")
+
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition", "dim", "noise_std")
 
 
 class FPFCSyntheticData(DataConfig):
     """FPFC's synthetic multinomial-logistic clusters (or FedProx's synthetic(alpha, beta))."""
 
     implementation: ClassVar[str | None] = "raysoft.data.fpfc_synthetic:FPFCSynthetic"
-    DEFAULTS: ClassVar[dict[str, Any]] = {"partition": "clusters", "dim": 60, "noise_std": 0.5}
 
-    @model_validator(mode="after")
-    def _no_rotations(self) -> FPFCSyntheticData:
-        return _refuse_rotations(self)
+    partition: BuiltinPartition = Field("clusters", description="how the clients' true mixtures are drawn: "
+                                        "clusters (client i wholly in distribution i*S//N), random, or 10:90, "
+                                        "30:70, linear (these three need S = 2)")
+    dim: int = Field(60, ge=1, description="input dimension")
+    classes: int = Field(10, ge=2, description="number of classes")
+    noise_std: float = Field(0.5, ge=0.0, description="std of the logit noise (generator fpfc)")
+    generator: Literal["fpfc", "fedprox"] = Field(
+        "fpfc", description="the FPFC code's per-cluster generator, or FedProx's synthetic(alpha, beta) with its "
+        "model prior drawn per cluster"
+    )
+    alpha: float = Field(1.0, ge=0.0, description="generator fedprox: model heterogeneity")
+    beta: float = Field(1.0, ge=0.0, description="generator fedprox: feature heterogeneity")
+
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition", "dim", "noise_std")
 
 
 class ImageData(DataConfig):
@@ -83,8 +109,21 @@ class ImageData(DataConfig):
 
     implementation: ClassVar[str | None] = "raysoft.data.image_mixture:ImageMixture"
 
+    partition: BuiltinPartition = Field("10:90", description="how the clients' true mixtures are drawn: 10:90, "
+                                        "30:70, linear (these three need S = 2), random or clusters")
+    root: str | None = Field(
+        None, description="folder of the files; default $RAYSOFT_DATA, else /usr/share/datasets/fashion-mnist "
+        "for fmnist"
+    )
+    rotations: list[float] | None = Field(
+        None, description="rotation (degrees) of each distribution; default i*360/S (emnist_letters: lower/upper "
+        "at 0, then both at 90)"
+    )
+
     @model_validator(mode="after")
-    def _emnist_distributions(self) -> ImageData:
+    def _image_checks(self) -> ImageData:
+        if self.rotations is not None and len(self.rotations) != self.distributions:
+            raise ValueError(f"rotations has {len(self.rotations)} angles but distributions is {self.distributions}")
         if self.name == "emnist_letters" and self.distributions not in (1, 2, 4):
             raise ValueError(f"emnist_letters has 1, 2 or 4 distributions, got {self.distributions}")
         return self

@@ -1,6 +1,6 @@
 """``raysoft list [KIND] [NAME ...]``: the algorithms, models, datasets and callbacks a config can
 name (built in, registered by installed packages, or given by import path), each with every
-setting of its schema: its type, default and description."""
+setting of its schema: its type, default, bounds and description."""
 
 from __future__ import annotations
 
@@ -24,14 +24,24 @@ def _default_text(field: Any) -> str:
     return "required" if field.is_required() else repr(field.default)
 
 
+BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def _bounds_text(field: Any) -> str:
+    """`` (>= 1)``, `` (> 0, <= 1)``: the bounds of the field's ``Field(ge=..., ...)``, or ``""``."""
+    found = [f"{sign} {getattr(m, attr)!r}" for attr, sign in BOUNDS for m in field.metadata
+             if getattr(m, attr, None) is not None]
+    return f" ({', '.join(found)})" if found else ""
+
+
 def setting_lines(settings: type[BaseModel]) -> list[str]:
-    """One line per setting of a settings class (``name`` left out): key, type, default, and
-    the description where it has one."""
+    """One line per setting of a settings class (``name`` left out): key, type, default, its
+    bounds, and the description where it has one."""
     lines = []
     for key, field in settings.model_fields.items():
         if key == "name":
             continue
-        line = f"    {key}: {_type_text(field.annotation)} = {_default_text(field)}"
+        line = f"    {key}: {_type_text(field.annotation)} = {_default_text(field)}{_bounds_text(field)}"
         if field.description:
             line += f"  # {' '.join(field.description.split())}"
         lines.append(line)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .catalog import model_misfit
+from .catalog import CNNModel, ConvModel, model_misfit
 from .config import ModelConfig
 from .plugins import PluginError, resolve
 
@@ -185,7 +185,8 @@ def _built_in(cfg: ModelConfig, info: DataInfo, generator: torch.Generator, make
         raise ValueError(why)
     model = make()
     _init(model, cfg.init, generator)
-    if cfg.memory_format == "channels_last" and any(isinstance(m, nn.Conv2d) for m in model.modules()):
+    channels_last = isinstance(cfg, ConvModel) and cfg.memory_format == "channels_last"
+    if channels_last and any(isinstance(m, nn.Conv2d) for m in model.modules()):
         model = model.to(memory_format=torch.channels_last)
     return model
 
@@ -201,7 +202,7 @@ def logistic(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn
     return _built_in(cfg, info, generator, lambda: Logistic(info.input_dim, info.num_outputs))
 
 
-def cnn(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+def cnn(cfg: CNNModel, info: DataInfo, generator: torch.Generator) -> nn.Module:
     """Two convolutions and two fully connected layers (FedSoft's letters CNN)."""
     return _built_in(cfg, info, generator,
                      lambda: ConvNet(info.input_shape, info.num_outputs, tuple(cfg.channels), cfg.hidden))

@@ -260,12 +260,12 @@ def test_use_batched_by_model_and_mode():
 
 
 def test_a_channels_last_model_is_the_same_function_and_vector():
-    from raysoft.config import ModelConfig
+    from raysoft.catalog import CNNModel
     from raysoft.models import DataInfo, build_model
 
     info = DataInfo(input_dim=784, num_outputs=10, task="classification", input_shape=(1, 28, 28))
-    plain = build_model(ModelConfig(name="cnn", channels=[4, 8], hidden=16), info, torch.Generator().manual_seed(3))
-    fast = build_model(ModelConfig(name="cnn", channels=[4, 8], hidden=16, memory_format="channels_last"), info,
+    plain = build_model(CNNModel(name="cnn", channels=[4, 8], hidden=16), info, torch.Generator().manual_seed(3))
+    fast = build_model(CNNModel(name="cnn", channels=[4, 8], hidden=16, memory_format="channels_last"), info,
                        torch.Generator().manual_seed(3))
     assert fast.features[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert not fast.features[3].weight.is_contiguous()

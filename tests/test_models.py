@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from raysoft.catalog import CNNModel
 from raysoft.config import ModelConfig
 from raysoft.models import CifarCNN, ConvNet, DataInfo, LinearRegression, Logistic, build_model
 from raysoft.params import get_flat
@@ -44,7 +45,7 @@ def test_logistic_shape_and_count():
 def test_cnn_parameter_count_by_hand():
     """conv 5x5 1->32 (+32), conv 5x5 32->64 (+64), FC 64*7*7 -> 512 (+512), FC 512 -> 10 (+10):
     28x28 pooled twice is 7x7."""
-    model = build_model(ModelConfig(name="cnn"), FMNIST, _gen(0))
+    model = build_model(CNNModel(name="cnn"), FMNIST, _gen(0))
     assert isinstance(model, ConvNet)
     want = (1 * 32 * 25 + 32) + (32 * 64 * 25 + 64) + (64 * 7 * 7 * 512 + 512) + (512 * 10 + 10)
     assert want == 1_663_370
@@ -53,9 +54,9 @@ def test_cnn_parameter_count_by_hand():
 
 
 def test_small_cnn_parameter_count_and_other_image_sizes():
-    small = build_model(ModelConfig(name="cnn", channels=[2, 4], hidden=8), FMNIST, _gen(0))
+    small = build_model(CNNModel(name="cnn", channels=[2, 4], hidden=8), FMNIST, _gen(0))
     assert _count(small) == (1 * 2 * 25 + 2) + (2 * 4 * 25 + 4) + (4 * 7 * 7 * 8 + 8) + (8 * 10 + 10) == 1922
-    rgb = build_model(ModelConfig(name="cnn", channels=[3, 5], hidden=6), CIFAR, _gen(0))
+    rgb = build_model(CNNModel(name="cnn", channels=[3, 5], hidden=6), CIFAR, _gen(0))
     assert _count(rgb) == (3 * 3 * 25 + 3) + (3 * 5 * 25 + 5) + (5 * 8 * 8 * 6 + 6) + (6 * 10 + 10)
     assert rgb(torch.randn(4, 3, 32, 32)).shape == (4, 10)
 
@@ -80,7 +81,7 @@ def test_resnet18_for_32x32_inputs():
 
 def test_the_same_generator_state_gives_the_same_weights():
     for name, info in (("linear", LINEAR), ("logistic", LOGISTIC), ("cnn", FMNIST)):
-        cfg = ModelConfig(name=name, channels=[2, 4], hidden=8)
+        cfg = CNNModel(name=name, channels=[2, 4], hidden=8) if name == "cnn" else ModelConfig(name=name)
         a = get_flat(build_model(cfg, info, _gen(5)))
         assert torch.equal(a, get_flat(build_model(cfg, info, _gen(5)))), name
         assert not torch.equal(a, get_flat(build_model(cfg, info, _gen(6)))), name
@@ -117,8 +118,8 @@ def test_normal_init_is_standard_normal():
 
 def test_channels_last_is_the_same_function():
     cfg = dict(name="cnn", channels=[2, 4], hidden=8)
-    plain = build_model(ModelConfig(**cfg), FMNIST, _gen(3))
-    cl = build_model(ModelConfig(**cfg, memory_format="channels_last"), FMNIST, _gen(3))
+    plain = build_model(CNNModel(**cfg), FMNIST, _gen(3))
+    cl = build_model(CNNModel(**cfg, memory_format="channels_last"), FMNIST, _gen(3))
     assert cl.features[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(get_flat(plain), get_flat(cl))
     x = torch.randn(3, 1, 28, 28)

@@ -201,7 +201,7 @@ def test_raysoft_list_shows_a_plugins_settings(plugdir):
     assert out.returncode == 0, out.stderr
     assert "serverlr_p:ServerLR  [import path]" in out.stdout
     assert "FedAvg with a server step size." in out.stdout
-    assert "server_lr: float = 1.0  # the server's step towards the clients' average" in out.stdout
+    assert "server_lr: float = 1.0 (> 0.0)  # the server's step towards the clients' average" in out.stdout
     assert "rounds: int = 100" in out.stdout
 
 

@@ -17,8 +17,8 @@ from raysoft.sdk import DataInfo, ModelConfig
 
 
 class MLPSettings(ModelConfig):
-    """ModelConfig's keys (``init`` is used; ``channels``, ``hidden`` and ``memory_format`` are the
-    CNNs') plus the hidden layers' widths and activation."""
+    """ModelConfig's keys (``name`` and ``init``, which is used) plus the hidden layers' widths and
+    activation."""
 
     widths: list[Annotated[int, Field(ge=1)]] = Field(
         default_factory=lambda: [64, 64], description="units of each hidden layer; [] is a linear model")

@@ -23,8 +23,8 @@ REQUIRED = ("x", "y")
 
 class NpzSettings(DataConfig):
     """The ``data`` section of an npz run: DataConfig's keys (``clients`` and ``distributions``
-    must match the files; ``partition`` (recorded as ``random``), ``samples_*``, ``test_samples``,
-    ``dim`` and ``classes`` are not used) plus the folder."""
+    must match the files; ``partition`` (recorded as ``random``), ``samples_*`` and ``test_samples``
+    are not used) plus the folder."""
 
     folder: str = Field(description="folder of client_<k>.npz and holdout_<s>.npz; a relative path is taken "
                                     "from the directory the run starts in, and recorded as absolute")

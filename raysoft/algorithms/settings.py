@@ -11,14 +11,11 @@ docs/algorithms.md; ``raysoft list algorithms`` prints them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ..config import AlgorithmConfig
-
-if TYPE_CHECKING:
-    from ..config import Config
+from ..config import AlgorithmConfig, Sections
 
 
 class FedSoftConfig(AlgorithmConfig):
@@ -70,7 +67,7 @@ class IFCAConfig(AlgorithmConfig):
         "hard clustering can reach (needs num_centers = data.distributions)"
     )
 
-    def check_with(self, cfg: Config) -> None:
+    def check_with(self, cfg: Sections) -> None:
         if self.assignment == "oracle" and self.num_centers != cfg.data.distributions:
             raise ValueError(f"algorithm.assignment oracle needs num_centers = data.distributions "
                              f"({cfg.data.distributions}), not {self.num_centers}")
@@ -221,7 +218,7 @@ class StreamConfig(AlgorithmConfig):
             raise ValueError("upload_rate must be [min, max] with 0 < min <= max")
         return self
 
-    def check_with(self, cfg: Config) -> None:
+    def check_with(self, cfg: Sections) -> None:
         """Checks against the other sections: a stream runs on image data, without faults."""
         data = cfg.data
         if data.name not in ("fmnist", "emnist_letters", "cifar10", "cifar100"):

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog import CNNModel
 from ..config import parse_config
 
 
@@ -78,6 +79,9 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None, device: str = "
                   for t in range(a.rounds)]
     holdouts = [fed.holdout(s) for s in range(fed.num_distributions)]
     if export is not None:
+        cnn_cfg = cfg.model
+        if not isinstance(cnn_cfg, CNNModel):
+            raise ValueError(f"export: the exported loop is the cnn's, not model {cnn_cfg.name!r}'s")
         arrays: dict[str, Any] = {f"init_{i}": p.detach().numpy() for i, p in enumerate(glob.parameters())}
         for k, d in enumerate(data):
             arrays[f"x_{k}"], arrays[f"y_{k}"] = d.x.numpy(), d.y.numpy()
@@ -85,8 +89,8 @@ def bare_fedavg(raw: dict[str, Any], export: Path | None = None, device: str = "
             num_clients=fed.num_clients, selection=np.array(selections, dtype=np.int64),
             x_test=torch.cat([h[0] for h in holdouts]).numpy(), y_test=torch.cat([h[1] for h in holdouts]).numpy(),
             lr=cfg.train.lr, momentum=cfg.train.momentum, batch_size=cfg.train.batch_size,
-            local_epochs=cfg.train.local_epochs, seed=cfg.seed, channels=np.array(cfg.model.channels),
-            hidden=cfg.model.hidden, classes=fed.info.num_outputs,
+            local_epochs=cfg.train.local_epochs, seed=cfg.seed, channels=np.array(cnn_cfg.channels),
+            hidden=cnn_cfg.hidden, classes=fed.info.num_outputs,
             # for pfl: which loop this is, and the batch orders' stream (client k, round t):
             # np.random.default_rng(SeedSequence([*shuffle_entropy, k, t])), as numpy_rng's
             algorithm="fedavg", shuffle=cfg.train.shuffle, shuffle_entropy=_entropy(seed_sequence(cfg.seed, "shuffle")),

@@ -20,14 +20,14 @@ Bad input raises :class:`ConfigError` whose message is one line naming the key a
 """
 
 from ..errors import ConfigError
-from .algorithm import AlgorithmConfig
+from .algorithm import AlgorithmConfig, Sections
 from .backend import RayConfig
 from .callbacks import CallbackConfig
 from .clock import ClockConfig
 from .data import PARTITIONS, DataConfig
 from .experiment import Config
 from .faults import Fault
-from .loading import load_config, load_raw, parse_config
+from .loading import load_config, load_raw, load_saved_config, parse_config
 from .model import ModelConfig
 from .output import OutputConfig, name_problem
 from .overrides import apply_overrides
@@ -38,7 +38,8 @@ from .yamlio import load_yaml
 
 __all__ = [
     "COMPARE_DEFAULT", "PARTITIONS", "REGIME_SECTIONS", "AlgorithmConfig", "CallbackConfig", "ClockConfig", "Config",
-    "ConfigError", "DataConfig", "Fault", "ModelConfig", "OutputConfig", "RayConfig", "Section", "TrainConfig",
-    "apply_overrides", "apply_regime", "format_error", "load_config", "load_raw",
+    "ConfigError", "DataConfig", "Fault", "ModelConfig", "OutputConfig", "RayConfig", "Section", "Sections",
+    "TrainConfig",
+    "apply_overrides", "apply_regime", "format_error", "load_config", "load_raw", "load_saved_config",
     "load_yaml", "name_problem", "parse_config",
 ]

@@ -4,14 +4,46 @@ docs/plugins.md for a plug-in's)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import Field
 
+from .backend import RayConfig
+from .callbacks import CallbackConfig
+from .clock import ClockConfig
+from .data import DataConfig
+from .faults import Fault
+from .model import ModelConfig
+from .output import OutputConfig
 from .section import Section
+from .train import TrainConfig
 
-if TYPE_CHECKING:
-    from .experiment import Config
+
+class Sections(Protocol):
+    """The whole config (:class:`raysoft.config.Config`) as :meth:`AlgorithmConfig.check_with`
+    reads it: its sections, validated and frozen. A protocol, so that this module need not
+    import the one that puts the sections together (which imports this one)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def algorithm(self) -> AlgorithmConfig: ...
+    @property
+    def data(self) -> DataConfig: ...
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def train(self) -> TrainConfig: ...
+    @property
+    def ray(self) -> RayConfig: ...
+    @property
+    def output(self) -> OutputConfig: ...
+    @property
+    def faults(self) -> list[Fault]: ...
+    @property
+    def clock(self) -> ClockConfig: ...
+    @property
+    def callbacks(self) -> list[CallbackConfig]: ...
 
 
 class AlgorithmConfig(Section):
@@ -36,6 +68,7 @@ class AlgorithmConfig(Section):
             filled["num_centers"] = distributions
         return filled
 
-    def check_with(self, cfg: Config) -> None:
-        """Checks of these settings against the other sections, after all are validated: raise
-        ValueError with a one-line message. Nothing by default."""
+    def check_with(self, cfg: Sections) -> None:
+        """Checks of these settings against the other sections of ``cfg`` (the whole
+        :class:`raysoft.config.Config`), after all are validated: raise ValueError with a one-line
+        message. Nothing by default."""

@@ -1,8 +1,10 @@
-"""The ``data`` section's base: which clients exist and what data each holds. A dataset's own
-settings subclass it (:mod:`raysoft.catalog` for the built-ins) with their defaults and rules."""
+"""The ``data`` section's base: which clients exist and what data each holds, the keys the
+engine reads of every dataset. A dataset's own settings subclass it with its own keys, defaults,
+partitions and rules (:mod:`raysoft.catalog` for the built-ins, docs/plugins.md for a plug-in's)."""
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -11,6 +13,18 @@ from pydantic import Field, field_validator, model_validator
 from .section import Section
 
 PARTITIONS = ("10:90", "30:70", "linear", "random", "clusters")
+"""The partitions the engine draws the clients' mixtures from (``raysoft.data.partition``)."""
+
+BuiltinPartition = Literal["10:90", "30:70", "linear", "random", "clusters"]
+"""``partition``'s annotation in the built-in datasets' settings (a Literal of :data:`PARTITIONS`)."""
+
+TWO_DISTRIBUTIONS = ("10:90", "30:70", "linear")
+"""The partitions that need exactly two distributions."""
+
+
+def _choices(values: tuple[str, ...]) -> str:
+    quoted = [repr(v) for v in values]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 class DataConfig(Section):
@@ -21,58 +35,43 @@ class DataConfig(Section):
     name: str = "synthetic"
     clients: int = Field(100, ge=1, description="N")
     distributions: int = Field(2, ge=1, description="S, the number of cluster distributions")
-    partition: Literal["10:90", "30:70", "linear", "random", "clusters"] = Field(
-        "10:90", description="default 10:90 (fpfc_synthetic: clusters, client i wholly in distribution "
-        "i*S//N)"
+    partition: str = Field(
+        "10:90", description="how the clients' true mixtures are drawn: 10:90, 30:70, linear (these three need S = 2), "
+        "random or clusters (client i wholly in distribution i*S//N); a dataset may have partitions of its own"
     )
     samples_min: int = Field(100, ge=1)
     samples_max: int = Field(200, ge=1)
     test_samples: int = Field(1000, ge=1, description="holdout samples per distribution")
-    dim: int = Field(10, ge=1, description="synthetic input dimension; default 10 (fpfc_synthetic 60)")
-    classes: int = Field(10, ge=2, description="fpfc_synthetic: number of classes")
-    theta_std: float = Field(
-        10.0, gt=0.0, description="synthetic: sigma_0 of theta_s (paper 10; reference code sqrt(10))"
-    )
-    noise_std: float = Field(
-        1.0, ge=0.0, description="synthetic: std of epsilon (default 1); fpfc_synthetic: std of the "
-        "logit noise (default 0.5)"
-    )
-    generator: Literal["fpfc", "fedprox"] = Field(
-        "fpfc", description="fpfc_synthetic: the FPFC code's per-cluster generator, or FedProx's "
-        "synthetic(alpha, beta) with its model prior drawn per cluster"
-    )
-    alpha: float = Field(1.0, ge=0.0, description="fpfc_synthetic/fedprox: model heterogeneity")
-    beta: float = Field(1.0, ge=0.0, description="fpfc_synthetic/fedprox: feature heterogeneity")
     seed: int | None = Field(
         None, description="the seed that alone draws the data (partition, samples, holdouts, stream cycles); "
         "null: the run's seed. Fix it and vary the run's seed for training draws on one dataset"
     )
-    root: str | None = Field(
-        None, description="image datasets: folder of the files; default $RAYSOFT_DATA, else "
-        "/usr/share/datasets/fashion-mnist for fmnist"
-    )
     join_schedule: list[float] | None = Field(
         None, description="streams: the virtual time at which each client joins (cold start); default all at 0"
     )
-    rotations: list[float] | None = Field(
-        None, description="image datasets: rotation (degrees) of each distribution; default i*360/S "
-        "(emnist_letters: lower/upper at 0, then both at 90)"
-    )
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"partition": "10:90", "dim": 10, "noise_std": 1.0}
-    """Defaults a dataset's settings class may change (``null`` in a config also means these)."""
+    PARTITIONS: ClassVar[tuple[str, ...] | None] = PARTITIONS
+    """The values ``partition`` takes where it is annotated ``str`` (the engine's own; None: any
+    string, which the dataset's ``client_mixtures`` then reads). A dataset with partitions of its
+    own annotates ``partition`` with their ``Literal`` instead."""
+
+    @classmethod
+    def partitions(cls) -> tuple[str, ...] | None:
+        """The values ``partition`` takes: its ``Literal``'s, else :attr:`PARTITIONS`."""
+        annotation = cls.model_fields["partition"].annotation
+        if typing.get_origin(annotation) is Literal:
+            return tuple(str(v) for v in typing.get_args(annotation))
+        return cls.PARTITIONS
+
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition",)
+    """Keys whose ``null`` in a config means the dataset's default."""
 
     @model_validator(mode="before")
     @classmethod
-    def _fill_defaults(cls, raw: Any) -> Any:
-        """The dataset's defaults of ``DEFAULTS``, filled before validation (null: the default)."""
+    def _null_is_default(cls, raw: Any) -> Any:
         if not isinstance(raw, Mapping):
             return raw
-        raw = dict(raw)
-        for key, default in cls.DEFAULTS.items():
-            if raw.get(key) is None:
-                raw[key] = default
-        return raw
+        return {k: v for k, v in raw.items() if not (v is None and k in cls.NULL_IS_DEFAULT)}
 
     def draw_seed(self, run_seed: int) -> int:
         """The seed the data is drawn from: ``seed`` (data.seed) if set, else the run's."""
@@ -82,16 +81,24 @@ class DataConfig(Section):
     @classmethod
     def _partition_is_text(cls, v: Any) -> Any:
         if isinstance(v, int) and not isinstance(v, bool):
-            raise ValueError(f"got the number {v}; quote it, e.g. '10:90' (one of {', '.join(PARTITIONS)})")
+            known = cls.partitions()
+            hint = f" (one of {', '.join(known)})" if known else ""
+            raise ValueError(f"got the number {v}; quote it, e.g. '10:90'{hint}")
+        return v
+
+    @field_validator("partition")
+    @classmethod
+    def _known_partition(cls, v: str) -> str:
+        known = cls.partitions()
+        if known is not None and v not in known:  # a Literal has refused it already, in the same words
+            raise ValueError(f"Input should be {_choices(known)} (got {v!r})")
         return v
 
     @model_validator(mode="after")
     def _consistent(self) -> DataConfig:
         if self.samples_min > self.samples_max:
             raise ValueError(f"samples_min ({self.samples_min}) > samples_max ({self.samples_max})")
-        if self.rotations is not None and len(self.rotations) != self.distributions:
-            raise ValueError(f"rotations has {len(self.rotations)} angles but distributions is {self.distributions}")
-        if self.partition in ("10:90", "30:70", "linear") and self.distributions != 2:
+        if self.partition in TWO_DISTRIBUTIONS and self.distributions != 2:
             raise ValueError(
                 f"partition {self.partition!r} needs distributions: 2 (got {self.distributions}); "
                 "use partition: random for S != 2"

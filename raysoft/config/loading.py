@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError
 from ..plugins import registered, settings_class
-from .experiment import Config
+from .experiment import DISPATCHED, Config
 from .overrides import apply_overrides
 from .regimes import apply_regime
 from .section import UNKNOWN_KEY, format_error
@@ -30,37 +30,66 @@ def parse_config(raw: Mapping[str, Any] | None) -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_other_algorithms_hint(format_error(err).replace("\n", " "))) from None
+        raise ConfigError(_owners_hint(format_error(err).replace("\n", " "))) from None
 
 
-def _algorithm_keys(name: str) -> set[str]:
+def _keys(kind: str, name: str) -> set[str]:
     try:
-        return set(settings_class("algorithms", name).model_fields)
+        return set(settings_class(kind, name).model_fields)
     except (ConfigError, ValueError):  # a plug-in that cannot be read says so when it is named
         return set()
 
 
-_UNKNOWN_ALGORITHM_KEY = re.compile(rf"^algorithm\.(\w+): {UNKNOWN_KEY}")
+_UNKNOWN_KEY = re.compile(rf"^(algorithm|data|model)\.(\w+): {UNKNOWN_KEY}")
+KINDS = {"algorithm": "algorithms", "data": "datasets", "model": "models"}
+"""section -> the kind of plug-in its ``name`` names."""
 
 
-def _other_algorithms_hint(line: str) -> str:
-    """``line``, and for an unknown key of the algorithm section that other built-in algorithms
-    have, which (instead of the nearest key), since a config holding several algorithms' keys is
-    meant for ``raysoft compare``."""
-    found = _UNKNOWN_ALGORITHM_KEY.match(line)
+def _owners_hint(line: str) -> str:
+    """``line``, and for an unknown key of the algorithm, data or model section that other
+    registered algorithms, datasets or models have, which (instead of the nearest key): a config
+    holding several algorithms' keys is meant for ``raysoft compare``."""
+    found = _UNKNOWN_KEY.match(line)
     if found is None:
         return line
-    key = found.group(1)
-    owners = [name for name in sorted(registered("algorithms")) if key in _algorithm_keys(name)]
+    section, key = found.groups()
+    kind = KINDS[section]
+    owners = sorted({name for name in registered(kind) if key in _keys(kind, name)})
     if not owners:
         return line
-    return (f"algorithm.{key}: {UNKNOWN_KEY} ({key} is a key of {', '.join(owners)}: a config with several "
-            "algorithms' keys is for raysoft compare CONFIG --algorithms ...)")
+    if section == "algorithm":
+        return (f"algorithm.{key}: {UNKNOWN_KEY} ({key} is a key of {', '.join(owners)}: a config with several "
+                "algorithms' keys is for raysoft compare CONFIG --algorithms ...)")
+    return f"{section}.{key}: {UNKNOWN_KEY} ({key} is a key of the {kind} {', '.join(owners)})"
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML config (or start from defaults), apply overrides and validate it."""
     return parse_config(load_raw(path, overrides))
+
+
+RETIRED = {
+    "data": ("dim", "classes", "theta_std", "noise_std", "generator", "alpha", "beta", "root", "rotations"),
+    "model": ("channels", "hidden", "memory_format"),
+}
+"""Keys that the ``data`` and ``model`` sections' bases held before each dataset and model owned
+its settings: a run's saved config.yaml of then holds them all, whatever its dataset and model."""
+
+
+def load_saved_config(path: str | Path) -> Config:
+    """A run's saved config (its ``config.yaml``, for ``--resume``), written by this version or
+    an earlier one: the keys of :data:`RETIRED` that the run's dataset or model does not have
+    (which it did not read) are left out."""
+    raw = load_raw(path)
+    for section, keys in RETIRED.items():
+        given = raw.get(section)
+        name = given.get("name", DISPATCHED[section][1]) if isinstance(given, Mapping) else None
+        if not isinstance(given, Mapping) or not isinstance(name, str):
+            continue
+        own = _keys(KINDS[section], name)
+        if own:
+            raw[section] = {k: v for k, v in given.items() if k in own or k not in keys}
+    return parse_config(raw)
 
 
 def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:

@@ -5,13 +5,15 @@ same strings."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
 
 from ..errors import ConfigError
-from .experiment import Config
+from ..plugins import settings_class
+from .experiment import DISPATCHED, Config
 from .section import nearest
 from .yamlio import load_yaml
 
@@ -24,10 +26,35 @@ def _copy(value: Any) -> Any:
     return {k: _copy(v) for k, v in value.items()} if isinstance(value, Mapping) else value
 
 
-def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]:
+    """Leave out of ``section`` (a dispatched section whose ``name`` changes from ``old`` to
+    ``new``) the keys that ``new``'s settings do not have; the keys left out. Nothing is left
+    out when ``new`` cannot be read: validation names it."""
+    if not isinstance(new, str) or new == old:
+        return []
+    try:
+        fields = settings_class(kind, new).model_fields
+    except (ConfigError, ValueError):
+        return []
+    dropped = [k for k in section if k != "name" and k not in fields]
+    for k in dropped:
+        del section[k]
+    return dropped
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: list[str],
+                    note: Callable[[str], None] = _say) -> dict[str, Any]:
     """``raw`` with each ``path.to.key=value`` of ``overrides`` applied, in order; ``raw`` itself
     is not changed. The first component names a section (or ``regimes``); a missing mapping on the
-    way is created, a value on the way that is not a mapping is refused."""
+    way is created, a value on the way that is not a mapping is refused. A new ``name`` of the
+    ``algorithm``, ``data`` or ``model`` section (``algorithm.name=fedavg``) leaves out the keys of
+    the section that the newly named plug-in does not have, each such change told to ``note`` in
+    one line (stderr by default)."""
     out: dict[str, Any] = _copy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -47,5 +74,11 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str]) -> dict[str, A
             if not isinstance(child, dict):
                 raise ConfigError(f"{'.'.join(parts[:depth + 1])}: must be a mapping to set {key}")
             node = child
+        if len(parts) == 2 and parts[0] in DISPATCHED and parts[1] == "name":
+            kind, default = DISPATCHED[parts[0]]
+            old = node.get("name", default)
+            dropped = _switch(node, kind, old, value)
+            if dropped:
+                note(f"{key}={text}: dropped {old}'s keys {', '.join(dropped)}")
         node[parts[-1]] = value
     return out

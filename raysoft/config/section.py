@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from .yamlio import BOOL_WORDS
+
 UNKNOWN_KEY = "unknown key"
 
 _YAML_WORDS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}
@@ -39,6 +41,31 @@ def _literal_words(annotation: Any) -> set[str] | None:
     return None
 
 
+def _takes_bool(annotation: Any) -> bool:
+    """The field's annotation admits a boolean (``bool``, ``bool | None``, ...)."""
+    if annotation is bool:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_takes_bool(arg) for arg in typing.get_args(annotation))
+    return False
+
+
+def _as_meant(annotation: Any, value: Any) -> Any:
+    """``value`` as the field meant it where it is a YAML 1.1 boolean word (``off``; read as a
+    word by :func:`~raysoft.config.load_yaml`) or a boolean (a mapping from code or an older
+    reader): the word for a choice of words that has it, the boolean for a key that takes one."""
+    words = _literal_words(annotation)
+    if isinstance(value, str) and value.lower() in BOOL_WORDS:
+        if words and value.lower() in words:
+            return value.lower()
+        if _takes_bool(annotation):
+            return BOOL_WORDS[value.lower()]
+        return next((w for w in _YAML_WORDS[BOOL_WORDS[value.lower()]] if words and w in words), value)
+    if isinstance(value, bool):
+        return next((w for w in _YAML_WORDS[value] if words and w in words), value)
+    return value
+
+
 def nearest(key: str, known: list[str]) -> str:
     """`` (did you mean `x`?)`` for the known key nearest to ``key``, or ``""`` when none is near."""
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
@@ -47,8 +74,9 @@ def nearest(key: str, known: list[str]) -> str:
 
 class Section(BaseModel):
     """Base of every config section: frozen, strict types, unknown keys rejected (naming the
-    nearest known key), and an ``off``/``on`` that YAML read as a boolean taken as the word where
-    the key is a choice of words that has it (``train.batched_clients: off``)."""
+    nearest known key), and the words ``on``/``off``/``yes``/``no`` taken as a boolean where the
+    key takes one (``train.shuffle: yes``), as the word where the key is a choice of words that
+    has it (``train.batched_clients: off``, also when YAML 1.1 read it as a boolean)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -64,12 +92,11 @@ class Section(BaseModel):
                 raise ValueError(at(str(key), UNKNOWN_KEY + hint))
         fixed: dict[Any, Any] | None = None
         for key, value in raw.items():
-            if isinstance(value, bool) and key in fields:
-                words = _literal_words(fields[key].annotation)
-                word = next((w for w in _YAML_WORDS[value] if words and w in words), None)
-                if word is not None:
+            if key in fields and isinstance(value, (bool, str)):
+                meant = _as_meant(fields[key].annotation, value)
+                if meant is not value:
                     fixed = dict(raw) if fixed is None else fixed
-                    fixed[key] = word
+                    fixed[key] = meant
         return raw if fixed is None else fixed
 
 

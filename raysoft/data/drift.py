@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..catalog import ImageData
 from ..config import DataConfig
 from ..models import DataInfo
 from ..rng import numpy_rng
@@ -46,7 +47,7 @@ class DriftingImages:
 
     def __init__(self, cfg: DataConfig, seed: int, public_samples: int, rest_split: str = "dirichlet",
                  validation: str = "shared") -> None:
-        if cfg.name not in DATASETS:
+        if not isinstance(cfg, ImageData) or cfg.name not in DATASETS:
             raise ValueError(f"streams need an image dataset, not {cfg.name!r}")
         self.cfg, self.seed = cfg, cfg.draw_seed(seed)  # data.seed, when set, draws the data
         self.public_samples, self.rest_split, self.validation_split = public_samples, rest_split, validation

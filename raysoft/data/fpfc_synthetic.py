@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import DataConfig
+from ..catalog import FPFCSyntheticData
 from ..models import DataInfo
 from ..rng import numpy_rng
 from .partition import component_counts
@@ -28,7 +28,7 @@ from .partition import component_counts
 class FPFCSynthetic:
     """Per-cluster multinomial-logistic data; each client also gets a local test split."""
 
-    def __init__(self, cfg: DataConfig, seed: int) -> None:
+    def __init__(self, cfg: FPFCSyntheticData, seed: int) -> None:
         self.cfg = cfg
         self.seed = seed
         d, c = int(cfg.dim), cfg.classes

@@ -23,8 +23,7 @@ import threading
 import numpy as np
 import torch
 
-from ..catalog import IMAGE_DATASETS
-from ..config import DataConfig
+from ..catalog import IMAGE_DATASETS, ImageData
 from ..models import DataInfo
 from ..rng import numpy_rng
 from .images import (
@@ -93,7 +92,7 @@ class ImageMixture:
 
     def __init__(
         self,
-        cfg: DataConfig,
+        cfg: ImageData,
         seed: int,
         sizes: np.ndarray | None = None,
         mixtures: np.ndarray | None = None,

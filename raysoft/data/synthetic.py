@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import DataConfig
+from ..catalog import SyntheticData
 from ..models import DataInfo
 from ..rng import numpy_rng
 from .partition import component_counts
@@ -23,7 +23,7 @@ from .partition import component_counts
 class SyntheticRegression:
     """Generator of clients' training sets and per-distribution holdout sets."""
 
-    def __init__(self, cfg: DataConfig, seed: int) -> None:
+    def __init__(self, cfg: SyntheticData, seed: int) -> None:
         self.cfg = cfg
         self.seed = seed
         self.thetas = numpy_rng(seed, "synthetic", "theta").normal(

@@ -8,7 +8,7 @@ import yaml
 from support.configs import small_config
 from support.paths import JOBS
 
-from raysoft.config import ConfigError, apply_overrides, load_config, load_raw, parse_config
+from raysoft.config import ConfigError, apply_overrides, load_config, load_raw, load_yaml, parse_config
 
 
 def test_defaults_resolve_and_round_trip():
@@ -160,8 +160,21 @@ def test_yaml_booleans_are_the_words_of_a_choice(tmp_path, text, expected):
     assert cfg.train.batched_clients == expected and cfg.clock.speeds == "off"
     assert load_config(None, ["train.shuffle=on"]).train.shuffle is True  # a boolean key keeps its boolean
     with pytest.raises(ConfigError, match=r"^clock\.speeds: Input should be 'off', 'equal', 'lognormal' or 'file' "
-                                          r"\(got True\)$"):
-        load_config(None, ["clock.speeds=on"])  # no "on" among its words
+                                          r"\(got 'on'\)$"):
+        load_config(None, ["clock.speeds=on"])  # no "on" among its words: the word the user wrote
+
+
+def test_the_boolean_words_are_words_for_any_string_key_and_booleans_for_a_boolean_key(tmp_path):
+    # the YAML reader keeps on/off/yes/no (any case) as words, as YAML 1.2 does; a key that
+    # takes a boolean takes them as one, a choice of words as the word of the same meaning
+    assert load_yaml("a: off\nb: Yes\nc: true\nd: FALSE") == {"a": "off", "b": "Yes", "c": True, "d": False}
+    cfg = load_config(None, ["train.shuffle=yes", "train.batched_clients=OFF", "output.name=no", "ray.trim_memory=Off"])
+    assert cfg.train.shuffle is True and cfg.train.batched_clients == "off" and cfg.output.name == "no"
+    assert cfg.ray.trim_memory is False
+    assert parse_config({"train": {"batched_clients": False, "shuffle": "no"}}).train.batched_clients == "off"
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {shuffle: no, batched_clients: on}\n")
+    assert (load_config(path).train.shuffle, load_config(path).train.batched_clients) == (False, "on")
 
 
 def test_missing_and_invalid_files(tmp_path):
@@ -262,8 +275,12 @@ def test_another_algorithms_key_points_to_raysoft_compare():
 
 
 @pytest.mark.parametrize("data,expected", [
-    ({"name": "fpfc_synthetic", "rotations": [0, 90]}, "data: rotations is for image datasets, not fpfc_synthetic"),
-    ({"name": "synthetic", "rotations": [0, 90]}, "data: rotations is for image datasets, not synthetic"),
+    ({"name": "fpfc_synthetic", "rotations": [0, 90]},
+     r"data\.rotations: unknown key \(rotations is a key of the datasets cifar10, cifar100, emnist_letters, fmnist\)$"),
+    ({"name": "synthetic", "rotations": [0, 90]}, r"data\.rotations: unknown key \(rotations is a key of the datasets"),
+    ({"name": "fmnist", "theta_std": 3.0},
+     r"data\.theta_std: unknown key \(theta_std is a key of the datasets synthetic\)$"),
+    ({"name": "fmnist", "rotations": [0]}, r"data: rotations has 1 angles but distributions is 2$"),
     ({"name": "emnist_letters", "distributions": 3, "partition": "random"}, "data: emnist_letters has 1, 2 or 4"),
 ])
 def test_each_dataset_checks_its_own_rules(data, expected):

@@ -29,7 +29,7 @@ from support.images import (
     write_fmnist,
 )
 
-from raysoft.config import DataConfig
+from raysoft.catalog import ImageData
 from raysoft.data.image_mixture import ImageMixture, distribution_specs, load_pools
 from raysoft.data.images import (
     FMNIST_DEBIAN_ROOT,
@@ -267,10 +267,10 @@ def test_rotate_360_is_identity_and_45_keeps_shape():
 
 
 # --------------------------------------------------------------------------- ImageMixture
-def fmnist_cfg(root: Path, **kw) -> DataConfig:
+def fmnist_cfg(root: Path, **kw) -> ImageData:
     args = dict(name="fmnist", clients=4, distributions=2, partition="30:70", root=str(root), test_samples=5)
     args.update(kw)
-    return DataConfig(**args)
+    return ImageData(**args)
 
 
 SIZES = np.array([6, 7, 5, 8])
@@ -391,7 +391,7 @@ def test_image_mixture_missing_files(tmp_path, monkeypatch):
         gen.holdout(0)
     monkeypatch.delenv("RAYSOFT_DATA", raising=False)
     with pytest.raises(MissingDataError, match="data.root must be set"):
-        ImageMixture(DataConfig(name="cifar10", clients=4, distributions=2), seed=0)
+        ImageMixture(ImageData(name="cifar10", clients=4, distributions=2), seed=0)
 
 
 def test_image_mixture_needs_a_layout_for_clients(fmnist_root):
@@ -406,7 +406,7 @@ def test_image_mixture_needs_a_layout_for_clients(fmnist_root):
 
 def test_image_mixture_emnist_letters_four_distributions(tmp_path):
     written = write_emnist(tmp_path)
-    cfg = DataConfig(name="emnist_letters", clients=2, distributions=4, partition="random",
+    cfg = ImageData(name="emnist_letters", clients=2, distributions=4, partition="random",
                      root=str(tmp_path), test_samples=100)
     sizes = np.array([8, 8])
     mix = np.full((2, 4), 0.25)
@@ -427,7 +427,7 @@ def test_image_mixture_emnist_letters_four_distributions(tmp_path):
 
 def test_image_mixture_cifar_checks_md5_of_real_files(tmp_path):
     write_cifar10(tmp_path)
-    gen = ImageMixture(DataConfig(name="cifar10", clients=2, distributions=2, root=str(tmp_path)), seed=0)
+    gen = ImageMixture(ImageData(name="cifar10", clients=2, distributions=2, root=str(tmp_path)), seed=0)
     assert gen.image_shape == (3, 32, 32) and gen.info.input_dim == 3072
     with pytest.raises(ValueError, match="md5 mismatch"):
         gen.holdout(0)

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from raysoft.config import DataConfig
+from raysoft.catalog import SyntheticData
 from raysoft.data import Federation
 from raysoft.data.partition import component_counts, mixtures
 
@@ -36,7 +36,7 @@ def test_component_counts_remainder_goes_to_the_last():
 
 
 def test_synthetic_clients_follow_their_distribution_and_are_reproducible():
-    cfg = DataConfig(clients=6, distributions=2, partition="10:90", noise_std=0.0)
+    cfg = SyntheticData(clients=6, distributions=2, partition="10:90", noise_std=0.0)
     fed = Federation(cfg, seed=5)
     assert ((fed.sizes >= 100) & (fed.sizes <= 200)).all()
     d = fed.client_data(4)
@@ -54,17 +54,17 @@ def test_synthetic_clients_follow_their_distribution_and_are_reproducible():
 
 def test_data_seed_alone_draws_the_data():
     """data.seed fixes the dataset whatever the run's seed; unset, the run's seed draws it."""
-    fixed = DataConfig(clients=6, distributions=2, partition="random", seed=7)
+    fixed = SyntheticData(clients=6, distributions=2, partition="random", seed=7)
     a, b = Federation(fixed, seed=0), Federation(fixed, seed=1)
     assert a.seed == b.seed == 7 and a.sizes.tolist() == b.sizes.tolist()
     torch.testing.assert_close(a.client_data(3).x, b.client_data(3).x)
     torch.testing.assert_close(a.holdout(1)[1], b.holdout(1)[1])
-    free = DataConfig(clients=6, distributions=2, partition="random")
+    free = SyntheticData(clients=6, distributions=2, partition="random")
     torch.testing.assert_close(Federation(free, seed=7).client_data(3).x, a.client_data(3).x)
     assert not torch.equal(Federation(free, seed=0).client_data(3).x[:5], a.client_data(3).x[:5])
 
 
 def test_theta_scale_follows_sigma0():
-    big = Federation(DataConfig(distributions=8, partition="random", theta_std=10.0), seed=0)._gen.thetas
-    small = Federation(DataConfig(distributions=8, partition="random", theta_std=10**0.5), seed=0)._gen.thetas
+    big = Federation(SyntheticData(distributions=8, partition="random", theta_std=10.0), seed=0)._gen.thetas
+    small = Federation(SyntheticData(distributions=8, partition="random", theta_std=10**0.5), seed=0)._gen.thetas
     assert 7 < big.std() < 13 and 2.2 < small.std() < 4.2

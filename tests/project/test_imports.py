@@ -246,6 +246,15 @@ def test_raysoft_has_no_import_cycles():
     assert not groups, describe(groups, runtime)
 
 
+def test_raysoft_has_no_import_cycles_even_through_typing_only_imports():
+    # an import under TYPE_CHECKING never runs, but a cycle through one still ties two modules
+    # together (config.algorithm <-> config.experiment was the last: a protocol replaced it)
+    runtime, typing = import_graph(SOURCE)
+    both = {m: runtime[m] | typing[m] for m in runtime}
+    groups = cycle_groups(both)
+    assert not groups, describe(groups, both)
+
+
 def test_the_algorithms_do_not_import_the_runtime():
     runtime, typing = import_graph(SOURCE)
     assert set(RUNTIME) <= set(runtime), "RUNTIME names a module that no longer exists"

@@ -14,7 +14,7 @@ from support.paths import JOBS
 
 import raysoft
 from raysoft.algorithms.stream import kl_divergence
-from raysoft.config import DataConfig
+from raysoft.catalog import ImageData
 from raysoft.data.drift import DriftingImages
 from raysoft.runtime.streams import StreamCoordinator
 
@@ -34,7 +34,7 @@ def test_kl_by_hand():
 
 
 def test_drifting_data_follows_the_paper(fm):
-    d = DriftingImages(DataConfig(name="fmnist", clients=6, distributions=3, partition="random", samples_min=10,
+    d = DriftingImages(ImageData(name="fmnist", clients=6, distributions=3, partition="random", samples_min=10,
                                   samples_max=20, root=str(fm)), seed=0, public_samples=6)
     for m in range(6):
         for c in range(3):
@@ -51,7 +51,7 @@ def test_drifting_data_follows_the_paper(fm):
 def test_data_seed_fixes_the_stream_data(fm):
     """data.seed draws every cycle's data and the server's sets whatever the run's seed."""
     def drift(seed: int, data_seed: int | None) -> DriftingImages:
-        return DriftingImages(DataConfig(name="fmnist", clients=6, distributions=3, partition="random",
+        return DriftingImages(ImageData(name="fmnist", clients=6, distributions=3, partition="random",
                                          samples_min=10, samples_max=20, root=str(fm), seed=data_seed),
                               seed=seed, public_samples=6)
     a, b = drift(0, 4), drift(1, 4)
@@ -61,7 +61,7 @@ def test_data_seed_fixes_the_stream_data(fm):
 
 
 def _drift(fm, **kw) -> DriftingImages:
-    return DriftingImages(DataConfig(name="fmnist", clients=6, distributions=4, partition="random", samples_min=10,
+    return DriftingImages(ImageData(name="fmnist", clients=6, distributions=4, partition="random", samples_min=10,
                                      samples_max=20, root=str(fm), test_samples=4), seed=0, public_samples=3, **kw)
 
 
