@@ -322,13 +322,16 @@ def test_the_harness_is_the_checkouts_benchmarks_folder_and_not_packaged():
     assert not list((ROOT / "raysoft").rglob("*flower*")) and not list((ROOT / "raysoft").rglob("pfl*"))
 
 
-def test_a_bad_benchmarks_variable_is_one_line(monkeypatch, tmp_path):
+def test_a_bad_benchmarks_variable_is_one_line(monkeypatch, tmp_path, capsys):
     from raysoft.bench import peers
     from raysoft.errors import ConfigError
 
     monkeypatch.setenv(peers.ENV, str(tmp_path))
     with pytest.raises(ConfigError, match=r"^RAYSOFT_BENCHMARKS=.*: not the benchmarks/ folder of a raysoft checkout"):
         peers.harness_dir()
+    monkeypatch.setattr(runner, "bench", lambda *a, **k: pytest.fail("the bench ran"))
+    assert runner.main(["W1"], 2, tmp_path / "out", True, "skip", pfl=str(tmp_path / "pfl")) == 2
+    assert capsys.readouterr().err.startswith("raysoft bench: RAYSOFT_BENCHMARKS=")
     monkeypatch.setenv(peers.ENV, str(ROOT / "benchmarks"))
     assert peers.harness_dir() == ROOT / "benchmarks"
 
