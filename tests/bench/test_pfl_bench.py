@@ -367,3 +367,32 @@ def test_pfls_modules_import_at_their_top():
     """No module of the pfl harness imports after code (the old script's 21 ``noqa: E402``)."""
     for path in sorted((ROOT / "benchmarks").rglob("*.py")):
         assert "noqa: E402" not in path.read_text(), path
+
+
+def test_pfls_launcher_ends_what_its_ranks_left_behind(tmp_path):
+    """The ranks form one process group (rank 0 leads it, as the launcher starts them): ending
+    them ends what they started too (pfl's cohort sampler), without walking /proc."""
+    from benchmarks.pfl import launcher
+
+    marker = tmp_path / "child.pid"
+    body = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "open(sys.argv[1], 'w').write(str(p.pid))\ntime.sleep(600)\n")
+    rank0 = subprocess.Popen([sys.executable, "-c", body, str(marker)], process_group=0)
+    rank1 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=rank0.pid)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(marker.read_text())
+    launcher.end([rank0, rank1], grace=5)
+    assert rank0.returncode is not None and rank1.returncode is not None
+    def alive() -> bool:
+        try:
+            return not Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z")
+        except OSError:  # gone
+            return False
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive()  # gone (or a zombie)
