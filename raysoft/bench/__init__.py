@@ -16,14 +16,13 @@ sitting) while a sampler sums the resident memory of that subprocess and all its
 * ``pfl``: W1's FedSoft (written as a pfl algorithm) and W2's FedAvg in pfl 0.6.0's simulation
   (Apple's pfl-research; two worker processes), in a virtual environment of its own (pfl pins
   an older ``packaging``), on the bare loop's exported clients, initial models and random
-  streams; see the checkout's ``benchmarks/pfl/``.
+  streams; see the checkout's ``benchmarks/pfl/``;
+* ``floor``: a round's arithmetic at this sitting's matrix-multiply rate (:mod:`.floor`): for W2
+  from FedAvg's selection stream, for W3 and W4 from the work raysoft's own run reported.
 
 The peers' harnesses are not part of this package: they live in the ``benchmarks/`` folder of a
 raysoft checkout, which :mod:`.peers` finds (beside the imported ``raysoft``, or at
 ``$RAYSOFT_BENCHMARKS``); without it their rows are left out, with one line saying why.
-
-* ``floor``: a round's arithmetic at this sitting's matrix-multiply rate (:mod:`.floor`): for W2
-  from FedAvg's selection stream, for W3 and W4 from the work raysoft's own run reported.
 
 A round's time is the median over the rounds after the first (the warm-up); for W3 (a stream)
 a "round" is N uploads, one per client on average, measured over groups of steps that applied
