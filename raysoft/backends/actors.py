@@ -364,6 +364,10 @@ class RayExecutor:
         """Each actor's clients, node and device (as its ``describe``)."""
         return self.pool.placement
 
+    @placement.setter
+    def placement(self, value: list[dict[str, Any]]) -> None:
+        self.pool.placement = value
+
     def set_costs(self, costs: Any) -> None:
         """Each client's cost (its training samples): with ``ray.balance: cost``, the clients of a
         training call are split over the actors by it."""
