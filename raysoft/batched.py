@@ -291,14 +291,59 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
     still in their epoch (``fixed``: every row, the others' updates masked out)."""
     num, d = clients.start.shape
     device = clients.start.device
+    grads_of = _batched_grads(model, task, d)
+    o0: Any = clients.opts[0]  # Adam or SGD, every client's alike
+    # rows ordered by epoch length, longest first (ties by position): the clients that step at
+    # step j (whose epoch has more than j batches) are then a prefix of the rows, computed as a
+    # view, and a client whose epoch has ended costs nothing (no padding beyond its last batch)
+    ns0 = [int(y.shape[0]) for y in clients.ys]
+    batch = cfg.batch_size or max(ns0)
+    spe0 = [-(-n // batch) for n in ns0]  # each client's steps per epoch
+    perm = sorted(range(num), key=lambda c: (-spe0[c], c))
+    reordered = perm != list(range(num))
+    if reordered:
+        clients = clients.take(perm)
+    ns, spe = [ns0[c] for c in perm], [spe0[c] for c in perm]
+    steps_per_epoch = spe[0]
+    active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
+    stepping = (torch.arange(num, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
+                if fixed else None)  # fixed: which rows step at step j (the others are masked out)
+    w = clients.start.clone()
+    opt = _LockstepOptimizer(clients.opts, o0, d, spe, cfg.local_epochs, device)
+    x_all, y_all = torch.cat(list(clients.xs)), torch.cat(list(clients.ys))
+    offsets = np.concatenate([[0], np.cumsum(ns)[:-1]])
+    model.train()
+    for epoch in range(cfg.local_epochs):
+        x_ep, y_ep, weight = _epoch_batches(x_all, y_all, offsets, ns, clients.rngs, epoch, cfg, batch,
+                                            steps_per_epoch)
+        for j in range(steps_per_epoch):
+            a = slice(0, num if fixed else active[j])  # the clients computed (fixed: all, the rest masked)
+            cols = slice(j * batch, (j + 1) * batch)
+            wa = w[a]
+            g = grads_of(wa, x_ep[a, cols], y_ep[a, cols], weight[a, cols])
+            with torch.no_grad():
+                if clients.pull_scale is not None:
+                    g = g + clients.pull_scale[a, None] * wa
+                if clients.pull_target is not None:
+                    g = g - clients.pull_target[a]
+                opt.step(w, a, g, epoch, j, None if stepping is None else stepping[j][:, None])
+    opt.save([p.shape for _, p in model.named_parameters()])
+    if not reordered:
+        return w
+    out = torch.empty_like(w)
+    out[torch.tensor(perm, device=device)] = w
+    return out
+
+
+def _batched_grads(model: nn.Module, task: str, d: int) -> Any:
+    """``grads_of(w, xb, yb, wb)``: each row's gradient of its client's masked mean batch loss,
+    ``model`` run on every row's flat parameters ``w`` [rows, d] at once."""
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
     sizes = [math.prod(s) for s in shapes]
     if d != sum(sizes):
         raise ValueError(f"batched_proximal_train: start has {d} parameters, the model {sum(sizes)}")
     buffers = {n: b for n, b in model.named_buffers()}
-    adam = isinstance(clients.opts[0], Adam)
-    o0: Any = clients.opts[0]  # Adam or SGD (``adam`` says which), every client's alike
 
     def forward(flat: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
         params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
@@ -315,88 +360,85 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
         (per_sample_loss(out.flatten(0, 1), yb.flatten(), task).view(wb.shape) * wb).sum().backward()
         return cast(torch.Tensor, w.grad)
 
-    # rows ordered by epoch length, longest first (ties by position): the clients that step at
-    # step j (whose epoch has more than j batches) are then a prefix of the rows, computed as a
-    # view, and a client whose epoch has ended costs nothing (no padding beyond its last batch)
-    ns0 = [int(y.shape[0]) for y in clients.ys]
-    batch = cfg.batch_size or max(ns0)
-    spe = [-(-n // batch) for n in ns0]  # each client's steps per epoch
-    perm = sorted(range(num), key=lambda c: (-spe[c], c))
-    reordered = perm != list(range(num))
-    if reordered:
-        clients = clients.take(perm)
-    start, opts, xs, ys, rngs = clients.start, clients.opts, clients.xs, clients.ys, clients.rngs
-    pull_scale, pull_target = clients.pull_scale, clients.pull_target
-    ns, spe = [ns0[c] for c in perm], [spe[c] for c in perm]
-    steps_per_epoch = spe[0]
-    active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
-    stepping = (torch.arange(num, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
-                if fixed else None)  # fixed: which rows step at step j (the others are masked out)
-    w = start.clone()
-    if adam:
-        m, v = _stack_state(opts, d, "exp_avg", device), _stack_state(opts, d, "exp_avg_sq", device)
+    return grads_of
+
+
+def _epoch_batches(x_all: torch.Tensor, y_all: torch.Tensor, offsets: np.ndarray, ns: list[int],
+                   rngs: Sequence[np.random.Generator | None], epoch: int, cfg: TrainConfig, batch: int,
+                   steps_per_epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The epoch's batches of every client, gathered once: (x, y, each sample's share of its
+    batch's mean), [clients, steps_per_epoch * batch, ...], every client's sample order of this
+    epoch padded to whole batches (the padding's share 0)."""
+    num, device = len(ns), x_all.device
+    idx = np.zeros((num, steps_per_epoch * batch), dtype=np.int64)
+    mask = np.zeros((num, steps_per_epoch * batch), dtype=np.float32)
+    for c in range(num):
+        order = offsets[c] + batch_order(ns[c], epoch, cfg, rngs[c])
+        idx[c, :ns[c]], idx[c, ns[c]:], mask[c, :ns[c]] = order, order[0], 1.0
+    idx_t, mask_t = torch.from_numpy(idx).to(device), torch.from_numpy(mask).to(device)
+    real = mask_t.view(num, steps_per_epoch, batch).sum(dim=2, keepdim=True).clamp_min(1.0)
+    weight = (mask_t.view(num, steps_per_epoch, batch) / real).view(num, -1)  # a sample's share of its batch's mean
+    return x_all[idx_t], y_all[idx_t], weight
+
+
+class _LockstepOptimizer:
+    """Every client's optimizer (Adam, or SGD with or without momentum; all with the
+    hyperparameters of ``o0``) as stacked state: a step updates rows in place, :meth:`save`
+    hands each client's state back to its optimizer."""
+
+    def __init__(self, opts: Sequence[Adam | SGD], o0: Any, d: int, spe: list[int], epochs: int,
+                 device: torch.device) -> None:
+        self.opts, self.o0, self.spe, self.epochs = opts, o0, spe, epochs
+        self.adam = isinstance(o0, Adam)
+        none = torch.empty(0, device=device)  # the state the other optimizer keeps
+        self.m, self.v, self.buf, self.lr_all, self.bc2_sqrt_all = none, none, none, none, none
+        if not self.adam:
+            self.buf = _stack_state(opts, d, "buffers", device)
+            return
+        self.m, self.v = _stack_state(opts, d, "exp_avg", device), _stack_state(opts, d, "exp_avg_sq", device)
         b1, b2 = o0.betas
         # Adam's bias corrections of every step of the call, made at once: at step j of epoch e
         # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
         e_j = (
-            np.arange(cfg.local_epochs)[:, None, None] * np.asarray(spe)[None, None, :]
-            + np.arange(steps_per_epoch)[None, :, None]
+            np.arange(epochs)[:, None, None] * np.asarray(spe)[None, None, :]
+            + np.arange(spe[0])[None, :, None]
         )
         steps = [cast(Adam, o).steps for o in opts]
         sa_all = torch.from_numpy(np.asarray(steps, dtype=np.float64)[None, None, :] + e_j + 1)
-        lr_all = (o0.lr / (1 - b1**sa_all).float()[..., None]).to(device)  # lr / bc1: [epochs, steps, C, 1]
-        bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None].to(device)
-    else:
-        buf = _stack_state(opts, d, "buffers", device)
-    x_all, y_all = torch.cat(list(xs)), torch.cat(list(ys))
-    offsets = np.concatenate([[0], np.cumsum(ns)[:-1]])
-    model.train()
-    for epoch in range(cfg.local_epochs):
-        # every client's sample order of this epoch, padded to whole batches (padding masked out)
-        idx = np.zeros((num, steps_per_epoch * batch), dtype=np.int64)
-        mask = np.zeros((num, steps_per_epoch * batch), dtype=np.float32)
-        for c in range(num):
-            order = offsets[c] + batch_order(ns[c], epoch, cfg, rngs[c])
-            idx[c, :ns[c]], idx[c, ns[c]:], mask[c, :ns[c]] = order, order[0], 1.0
-        idx_t, mask_t = torch.from_numpy(idx).to(device), torch.from_numpy(mask).to(device)
-        real = mask_t.view(num, steps_per_epoch, batch).sum(dim=2, keepdim=True).clamp_min(1.0)
-        weight = (mask_t.view(num, steps_per_epoch, batch) / real).view(num, -1)  # a sample's share of its batch's mean
-        x_ep, y_ep = x_all[idx_t], y_all[idx_t]  # the epoch's batches, gathered once
-        for j in range(steps_per_epoch):
-            a = slice(0, num if fixed else active[j])  # the clients computed (fixed: all, the rest masked)
-            cols = slice(j * batch, (j + 1) * batch)
-            wa = w[a]
-            g = grads_of(wa, x_ep[a, cols], y_ep[a, cols], weight[a, cols])
-            with torch.no_grad():
-                if pull_scale is not None:
-                    g = g + pull_scale[a, None] * wa
-                if pull_target is not None:
-                    g = g - pull_target[a]
-                ga = g + o0.weight_decay * wa if o0.weight_decay else g
-                if stepping is not None:
-                    _masked_step(w, m if adam else None, v if adam else None, None if adam else buf, ga,
-                                 stepping[j][:, None], o0, lr_all[epoch, j] if adam else None,
-                                 bc2_sqrt_all[epoch, j] if adam else None)
-                elif adam:
-                    ma = m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
-                    va = v[a].mul_(b2).addcmul_(ga, ga, value=1 - b2)
-                    wa.sub_(lr_all[epoch, j, a] * ma / ((va.sqrt() / bc2_sqrt_all[epoch, j, a]) + o0.eps))
-                else:
-                    if o0.momentum:
-                        ga = buf[a].mul_(o0.momentum).add_(ga)
-                    wa.sub_(o0.lr * ga)
-    if adam:
-        _unstack_state(opts, m, "exp_avg", shapes)
-        _unstack_state(opts, v, "exp_avg_sq", shapes)
-        for o, n in zip(opts, spe):
-            cast(Adam, o).steps += cfg.local_epochs * n
-    elif o0.momentum:
-        _unstack_state(opts, buf, "buffers", shapes)
-    if not reordered:
-        return w
-    out = torch.empty_like(w)
-    out[torch.tensor(perm, device=device)] = w
-    return out
+        self.lr_all = (o0.lr / (1 - b1**sa_all).float()[..., None]).to(device)  # lr / bc1: [epochs, steps, C, 1]
+        self.bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None].to(device)
+
+    def step(self, w: torch.Tensor, a: slice, g: torch.Tensor, epoch: int, j: int,
+             stepping: torch.Tensor | None) -> None:
+        """Step ``j`` of ``epoch`` of the rows ``a`` with their gradients ``g``, in place on ``w``
+        (``stepping``: every row computed, only those True [rows, 1] updated)."""
+        o0, wa = self.o0, w[a]
+        ga = g + o0.weight_decay * wa if o0.weight_decay else g
+        if stepping is not None:
+            adam = self.adam
+            _masked_step(w, self.m if adam else None, self.v if adam else None, None if adam else self.buf, ga,
+                         stepping, o0, self.lr_all[epoch, j] if adam else None,
+                         self.bc2_sqrt_all[epoch, j] if adam else None)
+        elif self.adam:
+            b1, b2 = o0.betas
+            ma = self.m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
+            va = self.v[a].mul_(b2).addcmul_(ga, ga, value=1 - b2)
+            wa.sub_(self.lr_all[epoch, j, a] * ma / ((va.sqrt() / self.bc2_sqrt_all[epoch, j, a]) + o0.eps))
+        else:
+            if o0.momentum:
+                ga = self.buf[a].mul_(o0.momentum).add_(ga)
+            wa.sub_(o0.lr * ga)
+
+    def save(self, shapes: list[torch.Size]) -> None:
+        """Each client's moments (Adam) or momentum buffer back into its optimizer, and Adam's
+        step counts advanced by the call's steps."""
+        if self.adam:
+            _unstack_state(self.opts, self.m, "exp_avg", shapes)
+            _unstack_state(self.opts, self.v, "exp_avg_sq", shapes)
+            for o, n in zip(self.opts, self.spe):
+                cast(Adam, o).steps += self.epochs * n
+        elif self.o0.momentum:
+            _unstack_state(self.opts, self.buf, "buffers", shapes)
 
 
 def _masked_step(w: torch.Tensor, m: torch.Tensor | None, v: torch.Tensor | None, buf: torch.Tensor | None,

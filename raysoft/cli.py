@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from .bench.venvs import peer_venv
+from .bench.peers import peer_venv
 from .config import COMPARE_DEFAULT, ConfigError, load_config, load_raw
 from .errors import RaysoftError, error_line, exit_code, full_traceback
 from .options import add_cluster, add_overrides, add_progress, add_traceback, wants_traceback
@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", help="where comparison_report.md goes when several runs are given "
                                   "(default: the first run's parent directory)")
     b = sub.add_parser("bench", help="seconds per round against the bare loop, Flower and pfl",
-                       description="Seconds per round of raysoft against the bare loop, Flower and pfl.",
+                       description="Seconds per round of raysoft against the bare loop, Flower and pfl (their "
+                                   "harnesses: the benchmarks/ folder of a raysoft checkout, or $RAYSOFT_BENCHMARKS).",
                        error_prefix="raysoft bench")
     b.add_argument(
         "--workload", default="W1,W2,W3",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -135,10 +136,11 @@ class ClientActor:
         return {"clients": self.host.client_ids, "node_id": ctx.get_node_id(), "device": str(self.host.device)}
 
 
-class RayExecutor:
-    """Runs client ops on the client actors (used inside the coordinator actor), one actor per
-    block of the driver's plan, in its placement group ``pg`` (None: Ray's default placement)
-    from bundle ``first_bundle`` on (a Tune trial's reservation starts with the trial's own)."""
+class ActorPool:
+    """The client actors of a run, one per block of the driver's plan, in its placement group
+    ``pg`` (None: Ray's default placement) from bundle ``first_bundle`` on (a Tune trial's
+    reservation starts with the trial's own): their placement, every wait on them (with a
+    deadline, :mod:`.deadlines`), and their recovery."""
 
     def __init__(self, cfg: Config, blocks: list[list[int]], pg: Any = None, first_bundle: int = 0) -> None:
         self.cfg_dict = cfg.to_dict()
@@ -147,56 +149,19 @@ class RayExecutor:
         self.blocks = blocks
         self.pg, self.first_bundle = pg, first_bundle
         self.deadlines = Deadlines(self.rc.call_timeout_s)  # no wait on a live actor without one
-        self.actors: list[Any] = []
-        for i, block in enumerate(self.blocks):
-            self.actors.append(self._create(block, i))
+        self.actors: list[Any] = [self._create(block, i) for i, block in enumerate(self.blocks)]
         self._placed(range(len(self.actors)))
-        self.owner = {k: i for i, block in enumerate(self.blocks) for k in block}
         for attempt in range(5):  # an actor that dies while the clients are built is replaced
             try:
-                self.placement = self._gather([a.start.remote() for a in self.actors], "start",
-                                              list(range(len(self.actors))))
+                self.placement = self.gather([a.start.remote() for a in self.actors], "start", self.everyone())
                 break
             except ClientFailure:
                 if attempt == 4:
                     raise
                 self._replace_dead()
-        self.late: list[int] = []  # clients whose updates missed the last call's deadline
-        self.costs: Any = None  # per client: its samples (balanced rounds), from set_costs
-        self.where: dict[int, int] = {}  # client -> the actor its last keep ran on
-        self.samples = [0] * len(self.actors)  # per actor: training samples run since take_counters()
-        self.moved = 0  # clients trained away from their actor since take_counters()
-        from functools import partial
 
-        from ..algorithms import make_algorithm
-        from ..algorithms.base import leaves_state  # torch: imported where the executor runs, not on the driver
-
-        self.leaves_state = partial(leaves_state, make_algorithm(cfg.algorithm))  # op -> its clients' states unchanged
-
-    def set_costs(self, costs: Any) -> None:
-        """Each client's cost (its training samples): with ``ray.balance: cost``, the clients of a
-        training call are split over the actors by it."""
-        self.costs = costs
-
-    def take_counters(self) -> dict[str, Any]:
-        """Since the last call: each actor's training samples (a client's samples per training
-        call, the cost ``ray.balance`` evens out) and the clients trained away from their actor."""
-        out = {"actor_samples": list(self.samples), "clients_moved": self.moved}
-        self.samples, self.moved = [0] * len(self.actors), 0
-        return out
-
-    def _groups(self, op: str, client_ids: list[int]) -> dict[int, list[int]]:
-        """Which actor runs which clients of a call: by owner, or (``ray.balance: cost``, for
-        the ops that change client states, i.e. training) runs of consecutive client ids of
-        even cost, run j on actor j (other actors' clients visit it with their states)."""
-        balance = (self.rc.balance == "cost" and self.costs is not None and not self.leaves_state(op)
-                   and self.rc.round_deadline_s is None and len(self.actors) > 1)
-        if balance:
-            return dict(enumerate(balanced_segments(client_ids, self.costs, len(self.actors))))
-        groups: dict[int, list[int]] = {}
-        for k in sorted(client_ids):
-            groups.setdefault(self.owner[k], []).append(k)
-        return groups
+    def everyone(self) -> list[int]:
+        return list(range(len(self.actors)))
 
     def _create(self, block: list[int], index: int):
         opts: dict[str, Any] = {"num_cpus": self.rc.num_cpus_per_actor, "num_gpus": self.rc.num_gpus_per_actor}
@@ -218,9 +183,9 @@ class RayExecutor:
         if pending:
             raise ConfigError(not_placed(self.num_clients, self.rc, joined_cluster(), len(self.blocks),
                                          self.rc.placement_timeout_s))
-        self._gather(refs, "ping", indices)
+        self.gather(refs, "ping", indices)
 
-    def _gather(self, futures: list, op: str = "call", who: list[int] | None = None) -> list:
+    def gather(self, futures: list, op: str = "call", who: list[int] | None = None) -> list:
         """The futures' values, waiting at most the deadline of ``op`` (:mod:`.deadlines`); a dead
         actor, or one that has not answered by then (hung: killed here), is a
         :class:`ClientFailure`, which the coordinator recovers from like a dead actor. ``who``:
@@ -249,115 +214,6 @@ class RayExecutor:
         ready, _ = ray.wait(pings, num_returns=len(pings), timeout=within_s)
         return [i for i, p in enumerate(pings) if p not in ready]
 
-    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
-        return self._run("call", op, client_ids, payload, t)
-
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, Any]:
-        return self._run("keep", op, client_ids, payload, t, (part,))
-
-    def accumulate(self, plan: Any) -> Any:
-        """The chain: the actor with the lowest client ids starts the sum from the plan's start,
-        each next actor adds its clients' terms to the partial sum it receives (Ray passes the
-        reference on, the tensor goes actor to actor), so the terms are added in client-id
-        order whatever the packing. The training ran in parallel before; only these additions
-        are sequential."""
-        if self.rc.sum_shape == "tree":
-            return self._tree(plan)
-        return self._gather([self._chain(plan.terms, plan.start)[0]], "sum")[0]
-
-    def _chain(self, terms: dict[int, Any], acc: Any, fresh: bool = False) -> tuple[Any, int]:
-        """The reference to ``acc`` plus ``terms``, added actor after actor in client-id order
-        (``fresh``: from zeros like ``acc``), and the actor it ends on."""
-        parts: dict[int, dict[int, Any]] = {}
-        for k in sorted(terms):
-            parts.setdefault(self.where.get(k, self.owner[k]), {})[k] = terms[k]
-        order = sorted(parts, key=lambda i: min(parts[i]))
-        for a, b in zip(order, order[1:]):
-            if max(parts[a]) > min(parts[b]):  # blocks are contiguous ranges; never interleave
-                raise RuntimeError("accumulate: actors' client blocks interleave")
-        for n, i in enumerate(order):
-            acc = self.actors[i].add_terms.remote(parts[i], acc, fresh and n == 0)
-        return acc, order[-1]
-
-    def _tree(self, plan: Any) -> Any:
-        """``ray.sum_shape: tree``: each run of ``sum_group`` consecutive clients is a short
-        chain from zeros (all runs at once), the runs' sums are added pairwise on the actors, and
-        the total to the start: the additions of ``Plan.apply(parts, group)``, log-depth."""
-        start = None if plan.start is None else ray.put(plan.start)
-        level = [self._chain(terms, start, fresh=True) for terms in plan.groups(self.rc.sum_group)]
-        # each pair is added on the actor that made its first sum (the tensor is already there)
-        while len(level) > 1:
-            pairs = zip(level[0::2], level[1::2])
-            level = [(self.actors[i].combine.remote(a, b), i) for (a, i), (b, _) in pairs] + (
-                level[-1:] if len(level) % 2 else [])
-        total, i = level[0]
-        if start is not None:  # start + total, as Plan.finish
-            total = self.actors[i].combine.remote(start, total)
-        return self._gather([total], "sum")[0]
-
-    def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             extra: tuple = ()) -> dict[int, Any]:
-        ref = ray.put(payload)  # once per call, shared by every actor
-        groups = self._groups(op, client_ids)
-        self.where = {k: i for i, ks in groups.items() for k in ks}
-        if not self.leaves_state(op) and self.costs is not None:
-            for i, ks in groups.items():
-                self.samples[i] += sum(int(self.costs[k]) for k in ks)
-        visitors: dict[int, dict[int, list[int]]] = {}  # actor -> owner -> the owner's clients it runs
-        for i, ks in groups.items():
-            for k in ks:
-                if self.owner[k] != i:
-                    visitors.setdefault(i, {}).setdefault(self.owner[k], []).append(k)
-                    self.moved += 1
-        # every loan is asked for before any call, so that no owner lends only after its own training
-        lent = {i: [self.actors[o].lend.remote(g) for o, g in sorted(vis.items())] for i, vis in visitors.items()}
-        futures, back = [], {}
-        for i, ks in sorted(groups.items()):
-            if i not in lent:
-                futures.append(getattr(self.actors[i], method).remote(op, ks, ref, t, *extra))
-                continue
-            visit, back[i] = self.actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
-            futures.append(visit)
-        # the visitors' new states go home, actor to actor; asked for after every call, so that
-        # no actor's own training waits behind a take (an actor runs its calls in order)
-        returned = [self.actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]
-                    if not self.leaves_state(op)]
-        self.late = []
-        asked = [groups[i] for i in sorted(groups)]
-        if self.rc.round_deadline_s is not None and not self.leaves_state(op) and asked:  # none asked: no wait
-            # each client is timed on its actor and a late one left out of the answer; an actor
-            # that has not answered once each of its clients could have used the whole deadline
-            # (plus a grace) is a straggler as a whole: it finishes in the background, unused
-            guard = self.rc.round_deadline_s * max(map(len, asked)) + self.rc.deadline_grace_s
-            _, pending = ray.wait(futures, num_returns=len(futures), timeout=guard)
-            for f in pending:
-                self.late += asked[futures.index(f)]
-            kept = [i for i, f in enumerate(futures) if f not in pending]
-            futures, asked = [futures[i] for i in kept], [asked[i] for i in kept]
-        out: dict[int, Any] = {}
-        who = [self.where[ks[0]] for ks in asked]
-        for ks, result in zip(asked, self._gather(futures, op, who)):
-            out.update(result)
-            self.late += [k for k in ks if k not in result]  # timed out on its actor
-        self.late.sort()
-        self._gather(returned, "take")
-        return out
-
-    def get_states(self) -> dict[int, Any]:
-        out: dict[int, Any] = {}
-        everyone = list(range(len(self.actors)))
-        for part in self._gather([a.get_states.remote() for a in self.actors], "states", everyone):
-            out.update(part)
-        return out
-
-    def set_states(self, states: dict[int, Any]) -> None:
-        self._gather([a.set_states.remote({k: states[k] for k in block}) for a, block in zip(self.actors, self.blocks)],
-                     "states", list(range(len(self.actors))))
-
-    def reset(self) -> None:
-        self._gather([a.reset.remote() for a in self.actors], "reset", list(range(len(self.actors))))
-
     def kill(self, actor: int) -> None:
         """Fault injection: kill one client actor."""
         ray.kill(self.actors[actor % len(self.actors)], no_restart=True)
@@ -370,7 +226,7 @@ class RayExecutor:
         """Replace dead actors (and those that do not answer a ping within a minute: killed as
         hung) by new ones hosting the same clients (rebuilt from seed and id)."""
         dead = self._replace_dead()
-        for i, where in zip(dead, self._gather([self.actors[i].start.remote() for i in dead], "start", dead)):
+        for i, where in zip(dead, self.gather([self.actors[i].start.remote() for i in dead], "start", dead)):
             self.placement[i] = where
 
     def _replace_dead(self) -> list[int]:
@@ -392,3 +248,230 @@ class RayExecutor:
             dead.append(i)
         self._placed(dead)
         return dead
+
+
+class Routing:
+    """Which actor runs which clients of a call: each client's home actor (``owner``), or with
+    ``ray.balance: cost`` runs of even cost (:func:`~.plan.balanced_segments`) where the other
+    actors' clients visit with their states; where each client last ran (its term of a sum is
+    there), and the counters of that balancing."""
+
+    def __init__(self, rc: Any, owner: dict[int, int], num_actors: int, leaves_state: Callable[[str], bool]) -> None:
+        self.rc, self.owner, self.num_actors, self.leaves_state = rc, owner, num_actors, leaves_state
+        self.costs: Any = None  # per client: its samples (balanced rounds), from set_costs
+        self.where: dict[int, int] = {}  # client -> the actor its last call ran on
+        self.samples = [0] * num_actors  # per actor: training samples run since take_counters()
+        self.moved = 0  # clients trained away from their actor since take_counters()
+
+    def take_counters(self) -> dict[str, Any]:
+        out = {"actor_samples": list(self.samples), "clients_moved": self.moved}
+        self.samples, self.moved = [0] * self.num_actors, 0
+        return out
+
+    def home(self, k: int) -> int:
+        """The actor holding client ``k``'s term of a sum: where its last call ran."""
+        return self.where.get(k, self.owner[k])
+
+    def groups(self, op: str, client_ids: list[int]) -> dict[int, list[int]]:
+        """Which actor runs which clients of a call: by owner, or (``ray.balance: cost``, for
+        the ops that change client states, i.e. training) runs of consecutive client ids of
+        even cost, run j on actor j (other actors' clients visit it with their states)."""
+        balance = (self.rc.balance == "cost" and self.costs is not None and not self.leaves_state(op)
+                   and self.rc.round_deadline_s is None and self.num_actors > 1)
+        if balance:
+            return dict(enumerate(balanced_segments(client_ids, self.costs, self.num_actors)))
+        groups: dict[int, list[int]] = {}
+        for k in sorted(client_ids):
+            groups.setdefault(self.owner[k], []).append(k)
+        return groups
+
+    def route(self, op: str, client_ids: list[int]) -> tuple[dict[int, list[int]], dict[int, dict[int, list[int]]]]:
+        """A call's groups (actor -> its clients) and visitors (actor -> owner -> the owner's
+        clients it runs), counted."""
+        groups = self.groups(op, client_ids)
+        self.where = {k: i for i, ks in groups.items() for k in ks}
+        if not self.leaves_state(op) and self.costs is not None:
+            for i, ks in groups.items():
+                self.samples[i] += sum(int(self.costs[k]) for k in ks)
+        visitors: dict[int, dict[int, list[int]]] = {}
+        for i, ks in groups.items():
+            for k in ks:
+                if self.owner[k] != i:
+                    visitors.setdefault(i, {}).setdefault(self.owner[k], []).append(k)
+                    self.moved += 1
+        return groups, visitors
+
+
+def chain(actors: list[Any], home: Callable[[int], int], terms: dict[int, Any], acc: Any,
+          fresh: bool = False) -> tuple[Any, int]:
+    """The reference to ``acc`` plus ``terms``, added actor after actor in client-id order, each
+    client's term on its actor (``home``) (``fresh``: from zeros like ``acc``), and the actor it
+    ends on."""
+    parts: dict[int, dict[int, Any]] = {}
+    for k in sorted(terms):
+        parts.setdefault(home(k), {})[k] = terms[k]
+    order = sorted(parts, key=lambda i: min(parts[i]))
+    for a, b in zip(order, order[1:]):
+        if max(parts[a]) > min(parts[b]):  # blocks are contiguous ranges; never interleave
+            raise RuntimeError("accumulate: actors' client blocks interleave")
+    for n, i in enumerate(order):
+        acc = actors[i].add_terms.remote(parts[i], acc, fresh and n == 0)
+    return acc, order[-1]
+
+
+def tree(actors: list[Any], home: Callable[[int], int], plan: Any, group: int) -> Any:
+    """``ray.sum_shape: tree``: each run of ``group`` consecutive clients is a short chain from
+    zeros (all runs at once), the runs' sums are added pairwise on the actors, and the total to
+    the start: the additions of ``Plan.apply(parts, group)``, log-depth. The total's reference."""
+    start = None if plan.start is None else ray.put(plan.start)
+    level = [chain(actors, home, terms, start, fresh=True) for terms in plan.groups(group)]
+    # each pair is added on the actor that made its first sum (the tensor is already there)
+    while len(level) > 1:
+        pairs = zip(level[0::2], level[1::2])
+        level = [(actors[i].combine.remote(a, b), i) for (a, i), (b, _) in pairs] + (
+            level[-1:] if len(level) % 2 else [])
+    total, i = level[0]
+    if start is not None:  # start + total, as Plan.finish
+        total = actors[i].combine.remote(start, total)
+    return total
+
+
+class RayExecutor:
+    """Runs client ops on the client actors (used inside the coordinator actor): the actors
+    (:class:`ActorPool`: placement, deadlines, recovery), which actor runs which clients of a
+    call (:class:`Routing`: by owner, or balanced by cost with the other actors' clients
+    visiting), and the sums of the clients' terms along the actors (:func:`chain`, :func:`tree`)."""
+
+    def __init__(self, cfg: Config, blocks: list[list[int]], pg: Any = None, first_bundle: int = 0) -> None:
+        from functools import partial
+
+        from ..algorithms import make_algorithm
+        from ..algorithms.base import leaves_state  # torch: imported where the executor runs, not on the driver
+
+        self.rc = cfg.ray
+        self.pool = ActorPool(cfg, blocks, pg, first_bundle)
+        self.leaves_state = partial(leaves_state, make_algorithm(cfg.algorithm))  # op -> its clients' states unchanged
+        owner = {k: i for i, block in enumerate(blocks) for k in block}
+        self.routing = Routing(self.rc, owner, len(blocks), self.leaves_state)
+        self.late: list[int] = []  # clients whose updates missed the last call's deadline
+
+    @property
+    def actors(self) -> list[Any]:
+        return self.pool.actors
+
+    @property
+    def placement(self) -> list[dict[str, Any]]:
+        """Each actor's clients, node and device (as its ``describe``)."""
+        return self.pool.placement
+
+    @placement.setter
+    def placement(self, value: list[dict[str, Any]]) -> None:
+        self.pool.placement = value
+
+    def set_costs(self, costs: Any) -> None:
+        """Each client's cost (its training samples): with ``ray.balance: cost``, the clients of a
+        training call are split over the actors by it."""
+        self.routing.costs = costs
+
+    def take_counters(self) -> dict[str, Any]:
+        """Since the last call: each actor's training samples (a client's samples per training
+        call, the cost ``ray.balance`` evens out) and the clients trained away from their actor."""
+        return self.routing.take_counters()
+
+    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
+        return self._run("call", op, client_ids, payload, t)
+
+    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+             part: int | None) -> dict[int, Any]:
+        return self._run("keep", op, client_ids, payload, t, (part,))
+
+    def accumulate(self, plan: Any) -> Any:
+        """The chain: the actor with the lowest client ids starts the sum from the plan's start,
+        each next actor adds its clients' terms to the partial sum it receives (Ray passes the
+        reference on, the tensor goes actor to actor), so the terms are added in client-id
+        order whatever the packing. The training ran in parallel before; only these additions
+        are sequential."""
+        if self.rc.sum_shape == "tree":
+            total = tree(self.actors, self.routing.home, plan, self.rc.sum_group)
+        else:
+            total = chain(self.actors, self.routing.home, plan.terms, plan.start)[0]
+        return self.pool.gather([total], "sum")[0]
+
+    def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+             extra: tuple = ()) -> dict[int, Any]:
+        ref = ray.put(payload)  # once per call, shared by every actor
+        groups, visitors = self.routing.route(op, client_ids)
+        trains = not self.leaves_state(op)
+        futures, returned = self._dispatch(method, op, groups, visitors, ref, t, extra, trains)
+        asked = [groups[i] for i in sorted(groups)]
+        self.late = []
+        if self.rc.round_deadline_s is not None and trains and asked:  # none asked: no wait
+            futures, asked = self._stragglers_left_out(futures, asked, self.rc.round_deadline_s)
+        out: dict[int, Any] = {}
+        who = [self.routing.where[ks[0]] for ks in asked]
+        for ks, result in zip(asked, self.pool.gather(futures, op, who)):
+            out.update(result)
+            self.late += [k for k in ks if k not in result]  # timed out on its actor
+        self.late.sort()
+        self.pool.gather(returned, "take")
+        return out
+
+    def _dispatch(self, method: str, op: str, groups: dict[int, list[int]], visitors: dict[int, dict[int, list[int]]],
+                  ref: Any, t: int, extra: tuple, trains: bool) -> tuple[list, list]:
+        """Start a call on every actor of ``groups`` (the payload ``ref`` put once, shared); the
+        ``visitors`` (clients away from home) visit with their states, lent by their owners and
+        (after a training call) taken back. (The calls' futures in actor order, the takes'.)"""
+        actors = self.actors
+        # every loan is asked for before any call, so that no owner lends only after its own training
+        lent = {i: [actors[o].lend.remote(g) for o, g in sorted(vis.items())] for i, vis in visitors.items()}
+        futures, back = [], {}
+        for i, ks in sorted(groups.items()):
+            if i not in lent:
+                futures.append(getattr(actors[i], method).remote(op, ks, ref, t, *extra))
+                continue
+            visit, back[i] = actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            futures.append(visit)
+        # the visitors' new states go home, actor to actor; asked for after every call, so that
+        # no actor's own training waits behind a take (an actor runs its calls in order)
+        returned = [actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]
+                    if trains]
+        return futures, returned
+
+    def _stragglers_left_out(self, futures: list, asked: list[list[int]],
+                             deadline_s: float) -> tuple[list, list[list[int]]]:
+        """``ray.round_deadline_s``: each client is timed on its actor and a late one left out of
+        the answer; an actor that has not answered once each of its clients could have used the
+        whole deadline (plus a grace) is a straggler as a whole: it finishes in the background,
+        unused, its clients late. The futures and clients still awaited."""
+        guard = deadline_s * max(map(len, asked)) + self.rc.deadline_grace_s
+        _, pending = ray.wait(futures, num_returns=len(futures), timeout=guard)
+        for f in pending:
+            self.late += asked[futures.index(f)]
+        kept = [i for i, f in enumerate(futures) if f not in pending]
+        return [futures[i] for i in kept], [asked[i] for i in kept]
+
+    def get_states(self) -> dict[int, Any]:
+        out: dict[int, Any] = {}
+        for part in self.pool.gather([a.get_states.remote() for a in self.actors], "states", self.pool.everyone()):
+            out.update(part)
+        return out
+
+    def set_states(self, states: dict[int, Any]) -> None:
+        self.pool.gather([a.set_states.remote({k: states[k] for k in block})
+                          for a, block in zip(self.actors, self.pool.blocks)], "states", self.pool.everyone())
+
+    def reset(self) -> None:
+        self.pool.gather([a.reset.remote() for a in self.actors], "reset", self.pool.everyone())
+
+    def kill(self, actor: int) -> None:
+        """Fault injection: kill one client actor."""
+        self.pool.kill(actor)
+
+    def hang(self, actor: int, seconds: float) -> None:
+        """Fault injection: one client actor busy, alive and silent, for ``seconds``."""
+        self.pool.hang(actor, seconds)
+
+    def recover(self) -> None:
+        """Replace dead actors (and those that do not answer a ping within a minute: killed as
+        hung) by new ones hosting the same clients (rebuilt from seed and id)."""
+        self.pool.recover()

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from ..config import ConfigError
+from . import raycompat
 
 MODE, TOKEN, TOKEN_PATH = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 
@@ -89,8 +90,4 @@ def _enable_in_process() -> None:
     """Token mode for this process and its children: the variable, and Ray's cached config
     refreshed (a Ray imported earlier read the mode when it was imported), as ray.init does."""
     os.environ[MODE] = "token"
-    try:
-        from ray._private.authentication.authentication_token_setup import _enable_token_auth
-    except ImportError:  # another Ray version: the environment variable is what counts
-        return
-    _enable_token_auth()
+    raycompat.enable_token_auth()  # without Ray's private call, the environment variable is what counts

@@ -10,6 +10,7 @@ import os
 import ray
 
 from ..config import Config, ConfigError, RayConfig
+from . import raycompat
 from .plan import Cluster, Plan, not_placed, plan
 
 log = logging.getLogger(__name__)
@@ -21,14 +22,8 @@ def local_cluster(rc: RayConfig) -> Cluster | None:
     overrides respected; torch is not imported). Should that detection be unavailable (a
     private API), the CPUs are ``ray.num_cpus`` or the machine's, and a plan that asks for GPUs
     is left to the check made once Ray runs (None)."""
-    try:
-        from ray._private.resource_and_label_spec import ResourceAndLabelSpec
-
-        spec = ResourceAndLabelSpec(num_cpus=rc.num_cpus).resolve(is_head=True, node_ip_address="127.0.0.1")
-        if spec.num_cpus is None:
-            raise ValueError("no CPU count")
-        node = {"CPU": float(spec.num_cpus), "GPU": float(spec.num_gpus or 0)}
-    except Exception:  # noqa: BLE001 - a private API
+    node = raycompat.local_resources(rc.num_cpus)
+    if node is None:
         if rc.num_gpus_per_actor > 0:
             return None
         node = {"CPU": float(rc.num_cpus or os.cpu_count() or 1)}
@@ -39,12 +34,7 @@ def joined_cluster() -> Cluster:
     """The nodes of the Ray this process is connected to. It may grow unless this process
     started it (a local Ray): an autoscaler may add nodes to any other."""
     nodes = tuple(n["Resources"] for n in ray.nodes() if n.get("Alive")) or (ray.cluster_resources(),)
-    try:  # the node ray.init started in this process, if it did (a private attribute)
-        from ray._private import worker
-
-        local = bool(getattr(worker._global_node, "ray_init_cluster", False))
-    except Exception:  # noqa: BLE001 - without it, assume the cluster may grow (and wait, bounded)
-        local = False
+    local = raycompat.started_here()  # unknown: the cluster may grow (and the wait is bounded)
     return Cluster(nodes, can_grow=not local, name="the local Ray" if local else "the cluster")
 
 

@@ -17,6 +17,7 @@ import time
 from urllib.parse import urlsplit
 
 from ..errors import JoinError
+from . import raycompat
 
 DEFAULT_PORTS = {"ray": 10001, "http": 80, "https": 443, "": 6379}
 WHAT = {"ray": "the Ray Client server", "http": "the Jobs API (dashboard)", "https": "the Jobs API (dashboard)",
@@ -50,12 +51,7 @@ def resolve_auto() -> str | None:
     env = os.environ.get("RAY_ADDRESS")
     if env and env != "auto":
         return env
-    try:
-        from ray._private.services import find_bootstrap_address  # a private API
-
-        return find_bootstrap_address(None)
-    except Exception:  # noqa: BLE001 - without it, let ray.init look
-        return None
+    return raycompat.bootstrap_address()  # None without Ray's private lookup: ray.init looks itself
 
 
 def probe(address: str, timeout_s: float, source: str = "ray.address") -> None:

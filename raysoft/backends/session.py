@@ -14,7 +14,7 @@ from ..config import Config, RayConfig
 from ..errors import JoinError, first_line
 from ..interrupts import keep_sigterm_handler
 from ..plugins import ship_paths
-from . import auth
+from . import auth, raycompat
 from .join import probe
 
 
@@ -29,12 +29,10 @@ def plugin_env(cfg: Config) -> dict[str, Any] | None:
         return None
     import tempfile
 
-    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
-
     from ..quiet import quiet_ray
 
     with tempfile.TemporaryDirectory(prefix="raysoft-ship-") as scratch, quiet_ray():
-        return upload_py_modules_if_needed({"py_modules": paths}, include_gitignore=True, scratch_dir=scratch)
+        return raycompat.upload_py_modules(paths, scratch)
 
 
 def connect(rc: RayConfig, runtime_env: dict[str, Any] | None = None) -> bool:
@@ -78,9 +76,7 @@ def _start_watchdog() -> None:
     import subprocess
     import sys
 
-    node = getattr(ray._private.worker, "_global_node", None)
-    pids = [info.process.pid for infos in getattr(node, "all_processes", {}).values() for info in infos
-            if getattr(info, "process", None) is not None]
+    pids = raycompat.local_ray_pids()
     if not pids:
         return
     script = os.path.join(os.path.dirname(__file__), "watchdog.py")

@@ -12,14 +12,17 @@ sitting) while a sampler sums the resident memory of that subprocess and all its
   implementation;
 * ``flower``: W2's FedAvg in Flower's Ray simulation, in a virtual environment of its own
   (Flower pins another Ray release), on the very clients, selections and initial model of the
-  bare loop (exported to an ``.npz``); see :mod:`raysoft.bench.flower`;
+  bare loop (exported to an ``.npz``); see the checkout's ``benchmarks/flower.py``;
 * ``pfl``: W1's FedSoft (written as a pfl algorithm) and W2's FedAvg in pfl 0.6.0's simulation
   (Apple's pfl-research; two worker processes), in a virtual environment of its own (pfl pins
   an older ``packaging``), on the bare loop's exported clients, initial models and random
-  streams; see :mod:`raysoft.bench.pfl_bench`.
-
+  streams; see the checkout's ``benchmarks/pfl/``;
 * ``floor``: a round's arithmetic at this sitting's matrix-multiply rate (:mod:`.floor`): for W2
   from FedAvg's selection stream, for W3 and W4 from the work raysoft's own run reported.
+
+The peers' harnesses are not part of this package: they live in the ``benchmarks/`` folder of a
+raysoft checkout, which :mod:`.peers` finds (beside the imported ``raysoft``, or at
+``$RAYSOFT_BENCHMARKS``); without it their rows are left out, with one line saying why.
 
 A round's time is the median over the rounds after the first (the warm-up); for W3 (a stream)
 a "round" is N uploads, one per client on average, measured over groups of steps that applied
@@ -35,9 +38,7 @@ The modules: :mod:`.workloads` (W1-W5 and their systems), :mod:`.floor` (the flo
 :mod:`.longrun` (the long-run memory mode), :mod:`.memory` (a process tree's
 RSS and PSS), :mod:`.bare` (the bare loop), :mod:`.worker` (one measurement, in a subprocess:
 ``python -m raysoft.bench --worker ...``), :mod:`.runner` (the orchestration, bench.parquet and
-bench.md), :mod:`.venvs` (the peers' venvs and running a script in one), :mod:`.flower_env`
-(Flower's venv) and :mod:`.flower`, :mod:`.pfl_env` (pfl's venv) and :mod:`.pfl_bench` (standalone
-scripts run by those venvs' python; they import neither raysoft nor this package).
+bench.md), :mod:`.peers` (where the peers' harnesses and venvs are).
 """
 
 from .memory import PeakSampler, tree_memory_mb

@@ -62,7 +62,7 @@ def _sgd_epochs(model, opt, x, y, task, cfg, rng) -> None:
 
 def bare_fedavg(raw: dict[str, Any], export: Path | None = None, device: str = "cpu") -> dict[str, Any]:
     """FedAvg as a plain loop on ``device``; ``export`` writes its clients, selections and
-    initial model for Flower and pfl (``raysoft/bench/flower.py`` and ``pfl_bench.py`` say what
+    initial model for Flower and pfl (``benchmarks/flower.py`` and ``benchmarks/pfl/`` say what
     the file holds)."""
     import torch
     import torch.nn.functional as F
@@ -146,7 +146,7 @@ def _entropy(seq: np.random.SeedSequence) -> np.ndarray:
 def bare_fedsoft(raw: dict[str, Any], export: Path | None = None, device: str = "cpu") -> dict[str, Any]:
     """FedSoft (Algorithm 1) as a plain loop over clients on ``device``, with FedSoft's pure sub-steps;
     ``export`` writes its clients, initial models, hyperparameters and random streams for pfl
-    (``raysoft/bench/pfl_bench.py`` says what the file holds)."""
+    (``benchmarks/pfl/__init__.py`` says what the file holds)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.utils import parameters_to_vector, vector_to_parameters

@@ -1,6 +1,7 @@
 """``raysoft bench``'s orchestration: every (workload, system) in a subprocess of its own
-(Flower and pfl in their venvs), their timings and peak memory in ``bench.parquet`` and ``bench.md``;
-with ``--device cuda`` on the GPU, with the GPU's utilisation and memory per row (:mod:`.gpu`)."""
+(Flower and pfl in their venvs, by the checkout's ``benchmarks/``: :mod:`.peers`), their timings
+and peak memory in ``bench.parquet`` and ``bench.md``; with ``--device cuda`` on the GPU, with the
+GPU's utilisation and memory per row (:mod:`.gpu`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..errors import first_line
 from ..results import atomic_path
 from .gpu import GpuSampler, cuda_available
 from .memory import PeakSampler, tree_memory_mb
-from .venvs import peer_venv
+from .peers import MISSING, harness_module, load_harness, peer_venv
 from .workloads import (
     DEFAULT_GPU_SHARE,
     DEFAULT_ROUNDS,
@@ -115,20 +116,19 @@ def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
     less this process's own). ``gpu_share`` > 0: Flower's clients on that share of the GPU each,
     as many actors as the GPU holds."""
     if system == "flower":
-        from .flower_env import ensure_flower_venv, run_flower
-
-        python = ensure_flower_venv(venv_dir)
+        flower = harness_module("flower_env")
+        python = flower.ensure_flower_venv(venv_dir)
         actors = gpu_actors(gpu_share) if gpu_share > 0 else 2
 
         def run() -> dict[str, Any]:
-            return run_flower(python, export, out_json, num_actors=actors, timeout=timeout, gpu_share=gpu_share)
+            return flower.run_flower(python, export, out_json, num_actors=actors, timeout=timeout,
+                                     gpu_share=gpu_share)
     else:
-        from .pfl_env import ensure_pfl_venv, run_pfl
-
-        python = ensure_pfl_venv(venv_dir)
+        pfl = harness_module("pfl_env")
+        python = pfl.ensure_pfl_venv(venv_dir)
 
         def run() -> dict[str, Any]:
-            return run_pfl(python, export, out_json, workers=2, timeout=timeout)
+            return pfl.run_pfl(python, export, out_json, workers=2, timeout=timeout)
 
     own = tree_memory_mb(os.getpid())  # this process alone: no children now
     with PeakSampler(os.getpid()) as sampler:  # this process plus the peer's tree
@@ -144,19 +144,19 @@ def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
 
 
 def peer_skip(system: str, venv_dir: str, device: str) -> str | None:
-    """Why a peer is left out of this bench (None: it runs): ``skip`` asked for; on cuda, pfl
-    (its script trains on the CPU) and a Flower venv not made yet (the GPU machine has no
-    network to make one)."""
+    """Why a peer is left out of this bench (None: it runs): ``skip`` asked for; no harness
+    (:data:`~raysoft.bench.peers.MISSING`: raysoft not run from a checkout); on cuda, pfl (its
+    script trains on the CPU) and a Flower venv not made yet (the GPU machine has no network to
+    make one)."""
     if venv_dir == "skip":
         return "skip"
+    if load_harness() is None:
+        return MISSING
     if device != "cuda":
         return None
     if system == "pfl":
         return "pfl's script trains on the CPU: not a GPU peer"
-    from .flower_env import FLOWER_REQUIREMENTS, STAMP_NAME
-    from .venvs import stamp_matches
-
-    if not stamp_matches(Path(venv_dir), STAMP_NAME, FLOWER_REQUIREMENTS):
+    if not harness_module("flower_env").flower_venv_ready(Path(venv_dir)):
         return f"no complete Flower venv at {venv_dir} (on cuda it is not made: make it beforehand)"
     return None
 
@@ -191,6 +191,7 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
     runs = [(w, v + (f"@{clients}" if clients and w == "W4" else "")) for w in workloads for v in variants(w)]
     device_args = ["--device", device, "--gpu-share", repr(gpu_share)] if device == "cuda" else []
+    said_missing = False
     for w, name in runs:
         r = rounds or (3 if quick else DEFAULT_ROUNDS[w])  # W3: rounds of N uploads (0: 200 uploads)
         cfg = workload_config(name, 2, quick)
@@ -202,7 +203,10 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
                 venv_dir = {"flower": flower, "pfl": pfl or str(peer_venv("pfl"))}[system]
                 why = peer_skip(system, venv_dir, device)
                 if why is not None:
-                    if why != "skip":
+                    if why == MISSING and not said_missing:  # one line for every peer row
+                        print(f"flower, pfl: left out: {MISSING}", file=sys.stderr)
+                        said_missing = True
+                    elif why not in ("skip", MISSING):
                         print(f"{name} {system}: left out: {why}", file=sys.stderr)
                     continue
                 with gpu if gpu is not None else nullcontext():
@@ -338,6 +342,8 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
     def measure() -> Any:
         check_device(device, gpu_share)
         check_request(workloads, rounds, timeout, 2, "needs at least 2 (the first is the warm-up)")
+        if flower != "skip" or pfl != "skip":
+            load_harness()  # a RAYSOFT_BENCHMARKS that is no harness: refused before anything runs
         if clients is not None:
             if "W4" not in workloads:
                 raise ConfigError("--clients: sets W4's population; add W4 to --workload")

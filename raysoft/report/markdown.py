@@ -42,11 +42,21 @@ def _share(value: Any) -> str:
 
 def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[str, str]) -> str:
     """The Markdown summary of one run (``figures``: name -> file written; ``skipped``: name ->
-    reason)."""
+    reason): its facts, the stream's accuracy table, the distributions' table, notes, figures."""
+    lines = [f"# {run.algorithm}: {run.name}", "", _facts(run), ""]
+    if run.is_stream:
+        lines += _stream_table(run.summary)
+    lines += _distribution_table(run)
+    lines += _notes(run)
+    if lines[-1] != "":
+        lines.append("")
+    lines += _figures_section(_captions(run, figures), figures, skipped)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _facts(run: RunData) -> str:
+    """The run in one sentence: its algorithm, data, rounds (or uploads) and headline metric."""
     s = run.summary
-    metric = run.metric
-    better = "lower" if run.lower_is_better else "higher"
-    lines = [f"# {run.algorithm}: {run.name}", ""]
     facts = [f"algorithm **{run.algorithm}**"]
     if s.get("dataset"):
         facts.append(f"data {s['dataset']}")
@@ -57,33 +67,46 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
             facts.append(f"asynchronous stream of {uploads} uploads{stale}")
     elif s.get("rounds") is not None:
         facts.append(f"{s['rounds']} rounds")
-    facts.append(f"headline metric {metric} ({better} is better)")
-    lines += [", ".join(facts) + ".", ""]
-    if run.is_stream:
-        has_bytes = "bytes_down_per_client" in s
-        lines += ["Stream accuracy (CCFL paper, Table 1: Cli Bfr = the local model before its upload, Cli Aft "
-                  "= the model received for it, both the mean over clients at their final upload-download cycle; "
-                  "Cluster = the cluster models on their own distribution, averaged over every evaluation) and the "
-                  "mean KL(true mixture || estimate) over the uploads:", "",
-                  "| Cli Bfr (`cli_bfr`) | Cli Aft (`cli_aft`) | Cluster (`cluster_acc`) | KL (`kl`) |"
-                  + (" bytes down per client (`bytes_down_per_client`) |" if has_bytes else ""),
-                  "|---|---|---|---|" + ("---|" if has_bytes else ""),
-                  "| " + " | ".join([_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft")),
-                                     _fmt("accuracy", s.get("cluster_acc")), _kl(s.get("kl"))]) + " |"
-                  + (f" {_bytes(s['bytes_down_per_client'])} |" if has_bytes else ""), ""]
-    dists = s.get("distributions") or []
-    matching = run.matching or {}
-    if dists:
-        lines += ["| distribution | best center | " + f"{metric} |" + (" matched center |" if matching else ""),
-                  "|---|---|---|" + ("---|" if matching else "")]
-        for d in dists:
-            row = f"| {d['distribution']} | {d['best_center']} | {_fmt(metric, d.get(metric))} |"
-            if matching:
-                row += f" {matching.get(int(d['distribution']), '–')} |"
-            lines.append(row)
-        lines.append("")
-    else:
-        lines += ["No centers (nothing to evaluate on the holdout sets).", ""]
+    better = "lower" if run.lower_is_better else "higher"
+    facts.append(f"headline metric {run.metric} ({better} is better)")
+    return ", ".join(facts) + "."
+
+
+def _stream_table(s: dict[str, Any]) -> list[str]:
+    """A stream's accuracies (CCFL's Table 1) and mean KL, with the bytes down where recorded."""
+    has_bytes = "bytes_down_per_client" in s
+    return ["Stream accuracy (CCFL paper, Table 1: Cli Bfr = the local model before its upload, Cli Aft "
+            "= the model received for it, both the mean over clients at their final upload-download cycle; "
+            "Cluster = the cluster models on their own distribution, averaged over every evaluation) and the "
+            "mean KL(true mixture || estimate) over the uploads:", "",
+            "| Cli Bfr (`cli_bfr`) | Cli Aft (`cli_aft`) | Cluster (`cluster_acc`) | KL (`kl`) |"
+            + (" bytes down per client (`bytes_down_per_client`) |" if has_bytes else ""),
+            "|---|---|---|---|" + ("---|" if has_bytes else ""),
+            "| " + " | ".join([_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft")),
+                               _fmt("accuracy", s.get("cluster_acc")), _kl(s.get("kl"))]) + " |"
+            + (f" {_bytes(s['bytes_down_per_client'])} |" if has_bytes else ""), ""]
+
+
+def _distribution_table(run: RunData) -> list[str]:
+    """Each distribution's best center and its metric (and matched center), or why there is none."""
+    dists = run.summary.get("distributions") or []
+    if not dists:
+        return ["No centers (nothing to evaluate on the holdout sets).", ""]
+    metric, matching = run.metric, run.matching or {}
+    lines = ["| distribution | best center | " + f"{metric} |" + (" matched center |" if matching else ""),
+             "|---|---|---|" + ("---|" if matching else "")]
+    for d in dists:
+        row = f"| {d['distribution']} | {d['best_center']} | {_fmt(metric, d.get(metric))} |"
+        if matching:
+            row += f" {matching.get(int(d['distribution']), '–')} |"
+        lines.append(row)
+    return lines + [""]
+
+
+def _notes(run: RunData) -> list[str]:
+    """The bullet points under the table: weight MAE, a stream's matching, ARI, the local models,
+    a changing number of centers."""
+    s, matching, lines = run.summary, run.matching or {}, []
     if s.get("weight_mae") is not None:
         lines.append(f"- weight MAE (matched importance weights vs true mixtures): {s['weight_mae']:.4f}")
     if run.is_stream and matching:
@@ -107,10 +130,14 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
         if per_step.nunique() > 1:
             lines.append(f"- the number of centers changes over the rounds ({per_step.min()}..{per_step.max()}): "
                          "a center index names a cluster of its round only")
-    if lines[-1] != "":
-        lines.append("")
+    return lines
+
+
+def _captions(run: RunData, figures: dict[str, Path | None]) -> dict[str, str]:
+    """Each figure's caption, in the order the figures are shown."""
     captions = {
-        "center_metric": f"{metric} of every center on every distribution's holdout set (FedSoft paper, Figure 1, top)",
+        "center_metric": f"{run.metric} of every center on every distribution's holdout set (FedSoft paper, Figure 1, "
+        "top)",
         "weights_by_group": "importance weights averaged over clients with the same true mixture (Figure 1, bottom)",
         "final_weights": "final weight of every client on the first cluster, with its true share (Figure 2)",
         "clusters": "predicted cluster of every client, coloured by its true cluster (FPFC paper, Table 1's Num, ARI)",
@@ -126,14 +153,19 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     if run.is_stream:
         captions["final_weights"] = ("each client's estimated weight on cluster 0 at its last upload, with the true "
                                      "share of distribution 0 of that upload (Figure 2)")
-    lines += ["## Figures", ""]
+    return captions
+
+
+def _figures_section(captions: dict[str, str], figures: dict[str, Path | None], skipped: dict[str, str]) -> list[str]:
+    """The figures written, each with its caption, and those skipped with the reason."""
+    lines = ["## Figures", ""]
     for name, caption in captions.items():
         path = figures.get(name)
         if path is not None:
             lines += [f"**{path.name}**: {caption}", "", f"![{path.name}]({path.name})", ""]
         elif name in skipped:
             lines += [f"- `{FIGURE_FILES[name]}` skipped: {skipped[name]}", ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None = None,

@@ -1,6 +1,6 @@
-"""raysoft bench and its peers' venvs: the shared venv code (stamps, pip, running a script),
-the --pfl option, pfl's rows in the bench, and (slow) pfl's own run of W1 and W2 against the
-bare loop's."""
+"""raysoft bench and its peers' venvs (the checkout's benchmarks/, found by raysoft.bench.peers):
+the shared venv code (stamps, pip, running a script), the --pfl option, pfl's rows in the bench,
+and (slow) pfl's own run of W1 and W2 against the bare loop's."""
 
 import json
 import os
@@ -14,10 +14,12 @@ import pandas as pd
 import pytest
 from support.paths import ROOT
 
-from raysoft.bench import runner, venvs
-from raysoft.bench.venvs import peer_venv
+from raysoft.bench import runner
+from raysoft.bench.peers import harness_module, peer_venv
 from raysoft.bench.workloads import SYSTEMS, workload_config
 from raysoft.cli import main as cli_main
+
+venvs, flower_env, pfl_env = (harness_module(name) for name in ("venvs", "flower_env", "pfl_env"))
 
 
 def fake_venv(path: Path) -> Path:
@@ -94,8 +96,6 @@ def test_a_fallback_may_rescue_an_install_and_notes_it_in_the_stamp(tmp_path, mo
 
 
 def test_flowers_relaxed_install_is_the_fallback_of_its_venv_only_for_relaxable_names(monkeypatch):
-    from raysoft.bench import flower_env
-
     monkeypatch.setattr(flower_env, "_install_relaxed", lambda python: ok())
     other = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found for grpcio>=9")
     assert flower_env._relax(Path("python"), other) is None
@@ -112,11 +112,9 @@ def test_a_folder_that_is_no_venv_is_refused(tmp_path):
 
 
 def test_the_peers_pin_the_callers_torch_and_their_own_version():
-    from raysoft.bench.flower_env import FLOWER_REQUIREMENTS
-    from raysoft.bench.pfl_env import PFL_REQUIREMENTS
-
-    assert PFL_REQUIREMENTS[0] == "pfl[pytorch]==0.6.0" and FLOWER_REQUIREMENTS[0].startswith("flwr[simulation]==")
-    assert PFL_REQUIREMENTS[1] == FLOWER_REQUIREMENTS[1] == venvs.torch_requirement()
+    pfl, flower = pfl_env.PFL_REQUIREMENTS, flower_env.FLOWER_REQUIREMENTS
+    assert pfl[0] == "pfl[pytorch]==0.6.0" and flower[0].startswith("flwr[simulation]==")
+    assert pfl[1] == flower[1] == venvs.torch_requirement()
     assert "+" not in venvs.torch_requirement()
 
 
@@ -137,15 +135,15 @@ def test_a_script_returns_its_json(tmp_path):
 
 
 def test_a_failing_script_is_its_last_stderr_line(tmp_path):
-    path = script(tmp_path, "print('noise', file=sys.stderr)\nprint('bench/peer.py: error: boom', file=sys.stderr)\n"
-                            "sys.exit(1)\n")
+    path = script(tmp_path, "print('noise', file=sys.stderr)\n"
+                            "print('benchmarks/peer.py: error: boom', file=sys.stderr)\nsys.exit(1)\n")
     with pytest.raises(RuntimeError) as err:
         venvs.run_script(Path(sys.executable), path, [], tmp_path / "r.json")
-    assert str(err.value) == "bench/peer.py failed (exit 1): bench/peer.py: error: boom"
+    assert str(err.value) == "benchmarks/peer.py failed (exit 1): benchmarks/peer.py: error: boom"
 
 
 def test_a_script_without_json_is_an_error(tmp_path):
-    with pytest.raises(RuntimeError, match="bench/peer.py wrote no readable JSON at"):
+    with pytest.raises(RuntimeError, match="benchmarks/peer.py wrote no readable JSON at"):
         venvs.run_script(Path(sys.executable), script(tmp_path, "pass\n"), [], tmp_path / "r.json")
 
 
@@ -161,12 +159,12 @@ def test_a_script_past_its_timeout_is_stopped_with_its_group(tmp_path):
             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
             f"open({str(marker)!r}, 'w').write(str(p.pid))\n"
             "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
-            "    print('bench/peer.py: error: interrupted', file=sys.stderr)\n    sys.exit(1)\n")
+            "    print('benchmarks/peer.py: error: interrupted', file=sys.stderr)\n    sys.exit(1)\n")
     # a timeout long enough for the script to be in its sleep on a loaded machine (a SIGINT during
     # the interpreter's start-up would end it with Python's own traceback instead)
     with pytest.raises(RuntimeError) as err:
         venvs.run_script(Path(sys.executable), script(tmp_path, body), [], tmp_path / "r.json", timeout=20)
-    assert str(err.value) == "bench/peer.py timed out after 20 s: bench/peer.py: error: interrupted"
+    assert str(err.value) == "benchmarks/peer.py timed out after 20 s: benchmarks/peer.py: error: interrupted"
     child = int(marker.read_text())
     deadline = time.monotonic() + 10
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
@@ -217,8 +215,6 @@ def fake_measure(calls):
 def test_pfl_skip_leaves_pfl_out(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(runner, "_measure", fake_measure(calls))
-    import raysoft.bench.pfl_env as pfl_env
-
     monkeypatch.setattr(pfl_env, "ensure_pfl_venv", lambda path: pytest.fail("pfl's venv was made"))
     table = runner.bench(["W1"], 3, tmp_path, True, "skip", pfl="skip")
     assert list(table["system"]) == ["raysoft", "bare"]
@@ -229,8 +225,6 @@ def test_pfl_skip_leaves_pfl_out(tmp_path, monkeypatch):
 def test_pfl_runs_from_its_venv_on_the_bare_loops_export(tmp_path, monkeypatch):
     calls, made = [], []
     monkeypatch.setattr(runner, "_measure", fake_measure(calls))
-    import raysoft.bench.pfl_env as pfl_env
-
     monkeypatch.setattr(pfl_env, "ensure_pfl_venv", lambda path: made.append(path) or Path("/venv/bin/python"))
 
     def run_pfl(python, data, out_json, workers=2, timeout=None):
@@ -254,11 +248,9 @@ def test_pfl_runs_from_its_venv_on_the_bare_loops_export(tmp_path, monkeypatch):
 
 
 def pfl_python() -> Path:
-    from raysoft.bench.pfl_env import ensure_pfl_venv
-
     path = Path(os.environ.get("RAYSOFT_PFL_VENV") or peer_venv("pfl"))
     try:
-        return ensure_pfl_venv(path)
+        return pfl_env.ensure_pfl_venv(path)
     except RuntimeError as err:
         pytest.skip(f"no pfl venv at {path}: {err}")
 
@@ -276,7 +268,8 @@ def test_pfl_reproduces_the_bare_loops_w2_accuracy_and_w1_centers(tmp_path, monk
     from support.images import write_learnable_fmnist
 
     from raysoft.bench.bare import bare_fedavg, bare_fedsoft
-    from raysoft.bench.pfl_env import run_pfl
+
+    run_pfl = pfl_env.run_pfl
 
     python = pfl_python()
     write_learnable_fmnist(tmp_path / "fmnist")
@@ -311,3 +304,95 @@ def test_peer_venvs_live_outside_the_checkout_in_the_users_cache(monkeypatch, tm
     monkeypatch.setenv("RAYSOFT_PEER_VENVS", str(tmp_path / "peers"))
     assert peer_venv("flower") == tmp_path / "peers" / "venv-flower"
     assert ROOT not in peer_venv("pfl").parents
+
+
+# --------------------------------------------------------------------------------------------
+# the harness: the checkout's benchmarks/, not the installed package
+
+
+def test_the_harness_is_the_checkouts_benchmarks_folder_and_not_packaged():
+    import tomllib
+
+    from raysoft.bench import peers
+
+    assert peers.harness_dir() == ROOT / "benchmarks" == peers.checkout_dir()
+    assert Path(venvs.__file__).parent == ROOT / "benchmarks"
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert found["include"] == ["raysoft*"]  # benchmarks/ is not installed
+    assert not list((ROOT / "raysoft").rglob("*flower*")) and not list((ROOT / "raysoft").rglob("pfl*"))
+
+
+def test_a_bad_benchmarks_variable_is_one_line(monkeypatch, tmp_path, capsys):
+    from raysoft.bench import peers
+    from raysoft.errors import ConfigError
+
+    monkeypatch.setenv(peers.ENV, str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^RAYSOFT_BENCHMARKS=.*: not the benchmarks/ folder of a raysoft checkout"):
+        peers.harness_dir()
+    monkeypatch.setattr(runner, "bench", lambda *a, **k: pytest.fail("the bench ran"))
+    assert runner.main(["W1"], 2, tmp_path / "out", True, "skip", pfl=str(tmp_path / "pfl")) == 2
+    assert capsys.readouterr().err.startswith("raysoft bench: RAYSOFT_BENCHMARKS=")
+    monkeypatch.setenv(peers.ENV, str(ROOT / "benchmarks"))
+    assert peers.harness_dir() == ROOT / "benchmarks"
+
+
+def test_without_the_harness_the_peer_rows_are_left_out_in_one_line(tmp_path, monkeypatch, capsys):
+    from raysoft.bench import peers
+
+    calls = []
+    monkeypatch.setattr(runner, "_measure", fake_measure(calls))
+    monkeypatch.setattr(runner, "load_harness", lambda: None)  # raysoft installed, no checkout
+    monkeypatch.setattr(pfl_env, "ensure_pfl_venv", lambda path: pytest.fail("pfl's venv was made"))
+    table = runner.bench(["W1", "W2"], 3, tmp_path, True, str(tmp_path / "flower"), pfl=str(tmp_path / "pfl"))
+    assert list(table["system"]) == ["raysoft", "bare", "raysoft", "bare", "floor"]
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "left out" in ln]
+    assert said == [f"flower, pfl: left out: {peers.MISSING}"]
+    assert "benchmarks/ folder of a raysoft checkout" in peers.MISSING and peers.ENV in peers.MISSING
+
+
+def test_pfls_launcher_is_standard_library_only_and_fails_in_one_line(tmp_path):
+    """The launcher (what ``python -m benchmarks.pfl`` imports before it starts the ranks) holds
+    no numpy, torch or pfl; a bad request is its one line, which run_module passes on."""
+    probe = ("import sys; import benchmarks.pfl.__main__, benchmarks.pfl.launcher; "
+             "print(sorted(m for m in ('numpy', 'torch', 'pfl') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
+    with pytest.raises(RuntimeError) as err:
+        pfl_env.run_pfl(Path(sys.executable), tmp_path / "none.npz", tmp_path / "r.json", timeout=60)
+    assert str(err.value) == (f"benchmarks/pfl failed (exit 1): benchmarks/pfl: error: FileNotFoundError: "
+                              f"no data file {tmp_path / 'none.npz'}")
+
+
+def test_pfls_modules_import_at_their_top():
+    """No module of the pfl harness imports after code (the old script's 21 ``noqa: E402``)."""
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
+        assert "noqa: E402" not in path.read_text(), path
+
+
+def test_pfls_launcher_ends_what_its_ranks_left_behind(tmp_path):
+    """The ranks form one process group (rank 0 leads it, as the launcher starts them): ending
+    them ends what they started too (pfl's cohort sampler), without walking /proc."""
+    from benchmarks.pfl import launcher
+
+    marker = tmp_path / "child.pid"
+    body = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "open(sys.argv[1], 'w').write(str(p.pid))\ntime.sleep(600)\n")
+    rank0 = subprocess.Popen([sys.executable, "-c", body, str(marker)], process_group=0)
+    rank1 = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=rank0.pid)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(marker.read_text())
+    launcher.end([rank0, rank1], grace=5)
+    assert rank0.returncode is not None and rank1.returncode is not None
+    def alive() -> bool:
+        try:
+            return not Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z")
+        except OSError:  # gone
+            return False
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive()  # gone (or a zombie)

@@ -3,9 +3,10 @@
 A peer (Flower, pfl) whose requirements clash with raysoft's own (Flower pins another Ray,
 pfl an older ``packaging``) lives in a venv of its own: :func:`ensure_venv` makes it once (a
 stamp file holding the requirements is written after a successful install, and a venv whose
-stamp is missing or differs is reinstalled), and :func:`run_script` runs a standalone script
-(one that does not import ``raysoft``) with that venv's python and returns the JSON it wrote.
-Standard library only.
+stamp is missing or differs is reinstalled), and :func:`run_script` (:func:`run_module`) runs a
+standalone script (a package of this folder) that does not import ``raysoft`` with that venv's
+python and returns the JSON it wrote. Run by raysoft's interpreter (``raysoft bench``), standard
+library only; where the venvs live by default is :func:`raysoft.bench.peers.peer_venv`.
 """
 
 from __future__ import annotations
@@ -19,19 +20,10 @@ import venv
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+HOME = Path(__file__).resolve().parent  # this folder, benchmarks/
+
 # (python, the failed pip run) -> None (no remedy), or (the remedy's pip run, a note for the stamp)
 Fallback = Callable[[Path, subprocess.CompletedProcess], "tuple[subprocess.CompletedProcess, str] | None"]
-
-
-def peer_venv(peer: str) -> Path:
-    """Where a peer's venv lives by default: outside any checkout, in the user's cache
-    (``$RAYSOFT_PEER_VENVS``, else ``$XDG_CACHE_HOME/raysoft``, else ``~/.cache/raysoft``), as
-    ``venv-<peer>``: several GB each, made once and shared by every checkout and test run."""
-    home = os.environ.get("RAYSOFT_PEER_VENVS")
-    if home:
-        return Path(home) / f"venv-{peer}"
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "raysoft" / f"venv-{peer}"
 
 
 def torch_requirement() -> str:
@@ -131,10 +123,23 @@ def run_script(python: Path, script: Path, args: Sequence[str], out_json: Path,
     The script runs in its own process group, which its children (Ray's processes, pfl's
     workers) join: after a timeout (or an interrupt of this process) the script gets SIGINT
     to shut down cleanly, and whatever of that group is still there 30 s later is killed."""
-    out_json = Path(out_json)
-    name = f"bench/{Path(script).name}"
     cmd = [str(python), str(script), *map(str, args)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return _run(cmd, f"benchmarks/{Path(script).name}", Path(out_json), timeout, None)
+
+
+def run_module(python: Path, module: str, args: Sequence[str], out_json: Path,
+               timeout: float | None = None) -> dict:
+    """:func:`run_script` for ``python -m benchmarks.<module>``: this folder's parent on the
+    script's ``PYTHONPATH`` (and its children's), so that ``benchmarks`` is importable there."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HOME.parent), *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [str(python), "-m", f"benchmarks.{module}", *map(str, args)]
+    return _run(cmd, f"benchmarks/{module.replace('.', '/')}", Path(out_json), timeout, env)
+
+
+def _run(cmd: list[str], name: str, out_json: Path, timeout: float | None, env: dict[str, str] | None) -> dict:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=env)
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -170,5 +175,5 @@ def stop(proc: subprocess.Popen, grace: float = 30.0) -> str:
     return err or ""
 
 
-__all__ = ["ensure_venv", "last_line", "pip", "pip_error", "run_script", "stamp_matches", "stop",
+__all__ = ["ensure_venv", "last_line", "pip", "pip_error", "run_module", "run_script", "stamp_matches", "stop",
            "peer_requirements", "torch_requirement", "venv_python"]

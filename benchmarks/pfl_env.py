@@ -2,19 +2,20 @@
 
 pfl 0.6.0 (Apple's pfl-research, ``pfl[pytorch]``) pins ``packaging<26`` while raysoft's venv
 has packaging 26, so pfl lives in a separate venv. :func:`ensure_pfl_venv` makes it (once, with
-:func:`raysoft.bench.venvs.ensure_venv`: a stamp file names the installed requirements), and
-:func:`run_pfl` runs ``pfl_bench.py`` (a standalone script beside this module that does not
-import ``raysoft``) with that venv's python and returns the JSON it wrote. Standard library only.
+:func:`benchmarks.venvs.ensure_venv`: a stamp file names the installed requirements), and
+:func:`run_pfl` runs ``python -m benchmarks.pfl`` (the package beside this module, which does
+not import ``raysoft``) with that venv's python and returns the JSON it wrote. Standard library
+only (and raysoft's ``peer_venv`` when run as ``python -m benchmarks.pfl_env [PATH]``, which
+makes the venv).
 """
-
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from .venvs import ensure_venv, peer_requirements, peer_venv, run_script
+from .venvs import ensure_venv, peer_requirements, run_module
 
-BENCH_SCRIPT = Path(__file__).with_name("pfl_bench.py")
+BENCH_MODULE = "pfl"  # python -m benchmarks.pfl
 PFL_VERSION = "0.6.0"
 STAMP_NAME = ".raysoft-pfl-stamp"
 
@@ -29,15 +30,23 @@ def ensure_pfl_venv(path: Path) -> Path:
 
 
 def run_pfl(python: Path, data_npz: Path, out_json: Path, workers: int = 2, timeout: float | None = None) -> dict:
-    """Run ``pfl_bench.py`` with the pfl venv's ``python`` on ``data_npz`` (W1's or W2's export
+    """Run ``python -m benchmarks.pfl`` with the pfl venv's ``python`` on ``data_npz`` (W1's or W2's export
     of the bare loop) with ``workers`` pfl worker processes, writing ``out_json``, and return the
     parsed JSON. A failure (nonzero exit, timeout, missing or bad JSON) is a one-line
     :class:`RuntimeError` carrying the last line of the script's stderr."""
     args = ["--data", str(data_npz), "--out", str(out_json), "--workers", str(int(workers))]
-    return run_script(python, BENCH_SCRIPT, args, Path(out_json), timeout=timeout)
+    return run_module(python, BENCH_MODULE, args, Path(out_json), timeout=timeout)
 
 
-__all__ = ["PFL_REQUIREMENTS", "ensure_pfl_venv", "run_pfl", "BENCH_SCRIPT"]
+__all__ = ["PFL_REQUIREMENTS", "ensure_pfl_venv", "run_pfl", "BENCH_MODULE"]
 
-if __name__ == "__main__":  # pragma: no cover - convenience: python -m raysoft.bench.pfl_env PATH
-    print(ensure_pfl_venv(Path(sys.argv[1]) if len(sys.argv) > 1 else peer_venv("pfl")))
+
+def main(argv: list[str]) -> int:  # pragma: no cover - convenience: python -m benchmarks.pfl_env [PATH]
+    from raysoft.bench.peers import peer_venv
+
+    print(ensure_pfl_venv(Path(argv[0]) if argv else peer_venv("pfl")))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

@@ -2,18 +2,19 @@
 
 Flower 1.42's ``flwr[simulation]`` pins ``ray==2.55.1``, which conflicts with the Ray this
 package runs on, so Flower lives in a separate venv. :func:`ensure_flower_venv` makes it (once,
-with :func:`raysoft.bench.venvs.ensure_venv`: a stamp file names the installed requirements),
+with :func:`benchmarks.venvs.ensure_venv`: a stamp file names the installed requirements),
 and :func:`run_flower` runs ``flower.py`` (a standalone script beside this module that does not
-import ``raysoft``) with that venv's python and returns the JSON it wrote. Standard library only.
+import ``raysoft``) with that venv's python and returns the JSON it wrote. Standard library only
+(and raysoft's ``peer_venv`` when run as ``python -m benchmarks.flower_env [PATH]``, which makes
+the venv).
 """
-
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
 
-from .venvs import ensure_venv, peer_requirements, peer_venv, pip, run_script
+from .venvs import ensure_venv, peer_requirements, pip, run_script, stamp_matches
 
 BENCH_SCRIPT = Path(__file__).with_name("flower.py")
 FLOWER_VERSION = "1.42.0"
@@ -79,6 +80,11 @@ def ensure_flower_venv(path: Path) -> Path:
     return ensure_venv(path, FLOWER_REQUIREMENTS, STAMP_NAME, "Flower", fallback=_relax)
 
 
+def flower_venv_ready(path: Path) -> bool:
+    """Whether a complete Flower venv is at ``path`` (its stamp names :data:`FLOWER_REQUIREMENTS`)."""
+    return stamp_matches(Path(path), STAMP_NAME, FLOWER_REQUIREMENTS)
+
+
 def run_flower(
     python: Path,
     data_npz: Path,
@@ -97,7 +103,15 @@ def run_flower(
     return run_script(python, BENCH_SCRIPT, args, Path(out_json), timeout=timeout)
 
 
-__all__ = ["FLOWER_REQUIREMENTS", "ensure_flower_venv", "run_flower", "BENCH_SCRIPT"]
+__all__ = ["FLOWER_REQUIREMENTS", "ensure_flower_venv", "flower_venv_ready", "run_flower", "BENCH_SCRIPT"]
 
-if __name__ == "__main__":  # pragma: no cover - convenience: python -m raysoft.bench.flower_env PATH
-    print(ensure_flower_venv(Path(sys.argv[1]) if len(sys.argv) > 1 else peer_venv("flower")))
+
+def main(argv: list[str]) -> int:  # pragma: no cover - convenience: python -m benchmarks.flower_env [PATH]
+    from raysoft.bench.peers import peer_venv
+
+    print(ensure_flower_venv(Path(argv[0]) if argv else peer_venv("flower")))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

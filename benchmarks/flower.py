@@ -1,10 +1,10 @@
 """FedAvg with Flower's Ray simulation: the Flower side of the seconds-per-round benchmark.
 
-A standalone script for the Flower venv (see ``raysoft/bench/flower_env.py``): it imports only the
+A standalone script for the Flower venv (see ``benchmarks/flower_env.py``): it imports only the
 standard library, numpy, torch and flwr, never ``raysoft``.
 
-    <flower-venv>/bin/python raysoft/bench/flower.py --data W2.npz --out result.json [--num-actors 2]
-                                                    [--gpu-share 0.125]
+    <flower-venv>/bin/python benchmarks/flower.py --data W2.npz --out result.json [--num-actors 2]
+                                                 [--gpu-share 0.125]
 
 The ``.npz`` holds the clients' data (``x_<k>``, ``y_<k>``, ``num_clients``), the clients of
 every round (``selection`` [rounds, K]), the initial global CNN (``init_<i>`` in
@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder (raysoft/bench, modules for raysoft's interpreter, not this
+# Run as a script, this file's folder (benchmarks/, modules for raysoft's interpreter, not this
 # venv's) comes first on sys.path, where a module of it could shadow one flwr or Ray imports.
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         msg = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
         sys.stdout.flush()
-        print(f"bench/flower.py: error: {msg}", file=sys.stderr, flush=True)
+        print(f"benchmarks/flower.py: error: {msg}", file=sys.stderr, flush=True)
         # not sys.exit: after an interrupt Flower's ServerApp thread (not a daemon) may still be
         # running its rounds and would keep the interpreter from exiting
         os._exit(1)
