@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 import raysoft
-from raysoft.backends.host import _tensors
 from raysoft.compare import algorithm_configs
 from raysoft.config import COMPARE_DEFAULT, load_raw
+from raysoft.devices import tensors_in
 from raysoft.runtime.checkpoint import load_checkpoint
 
 VARIANTS = {"fedsoft (sgd + momentum)": ("fedsoft", []), "fedsoft (adam)": ("fedsoft", ["train.optimizer=adam"]),
@@ -47,7 +47,7 @@ def main() -> None:
             torch.save(st, buf)
             sizes.append(buf.tell())
             seen = {}
-            for obj in _tensors(st):
+            for obj in tensors_in(st):
                 seen[id(obj)] = obj.numel()
             numels.append(sum(seen.values()))
         print(f"| {label} | {max(sizes) / 2**20:.2f} | {max(numels):,} |", flush=True)

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from raysoft.algorithms.common import uniform_selection
-from raysoft.bench import children_map, floor, workload_config
+from raysoft.bench import floor, workload_config
+from raysoft.bench.memory import tree_processes
 from raysoft.config import parse_config
 from raysoft.data import Federation
 from raysoft.rng import numpy_rng
@@ -63,33 +64,13 @@ def concurrent_ms(procs: list[int], steps: int = 100) -> list[float]:
     return [1000 * float(p.communicate()[0].split()[-1]) for p in running]
 
 
-def pss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            return next(int(ln.split()[1]) for ln in f if ln.startswith("Pss:")) / 1024
-    except (OSError, StopIteration):
-        return 0.0
-
-
-def name_of(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline") as f:
-            return f.read().replace("\0", " ").strip()[:50]
-    except OSError:
-        return "?"
-
-
 def per_process_peak() -> tuple[float, list[tuple[float, str]]]:
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "raysoft.bench", "--worker", "raysoft", "W2", "3", "0",
                                  str(Path(tmp) / "res.json")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         best, snapshot = 0.0, []
         while proc.poll() is None:
-            kids, todo, rows = children_map(), [proc.pid], []
-            while todo:
-                pid = todo.pop()
-                todo.extend(kids.get(pid, []))
-                rows.append((pss_mb(pid), name_of(pid)))
+            rows = [(pss, name) for _, name, _, pss in tree_processes(proc.pid)]
             total = sum(r[0] for r in rows)
             if total > best:
                 best, snapshot = total, rows
