@@ -7,6 +7,7 @@ Initialisation follows FedSoft's reference code: Xavier-normal weights for linea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -14,6 +15,9 @@ from torch import nn
 from .catalog import model_misfit
 from .config import ModelConfig
 from .plugins import PluginError, resolve
+
+if TYPE_CHECKING:
+    from .protocols import ModelFactory
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,7 @@ def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | N
     """A freshly initialised model of the factory ``cfg.name`` names (:mod:`raysoft.plugins`:
     built-in, registered or an import path), called as ``factory(cfg, info, generator)``; the
     same generator state gives the same weights."""
-    factory = resolve("models", cfg.name)
+    factory: ModelFactory[ModelConfig] = resolve("models", cfg.name)
     model = factory(cfg, info, generator if generator is not None else torch.Generator().manual_seed(0))
     if not isinstance(model, nn.Module):
         raise PluginError(f"model {cfg.name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
