@@ -259,8 +259,8 @@ class RoundResult:
       ``diagnostics.parquet`` (one row per name, at the round);
     * ``weights_updated``: True records ``weights(state)`` in ``weights.parquet`` at this round
       (an algorithm that estimates weights sets it when they changed);
-    * ``trained``: the number of clients whose training went into the round (the progress
-      line shows it; None: not said).
+    * ``trained``: the number of clients whose training went into the round, reported with the
+      step (``raysoft bench`` counts clients trained per second from it; None: not said).
     """
 
     state: Any
