@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pydantic import Field
@@ -40,6 +40,9 @@ from pydantic import Field
 from .config import CallbackConfig, Config
 from .errors import one_line
 from .plugins import PluginError, resolve
+
+if TYPE_CHECKING:
+    from .protocols import CallbackHooks
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ class Callbacks:
 
     def __init__(self, cfg: Config, run_id: str, run_dir: Path) -> None:
         info = RunInfo(run_id, Path(run_dir), cfg)
-        self.items: list[tuple[str, Any]] = []
+        self.items: list[tuple[str, CallbackHooks]] = []
         for settings in cfg.callbacks:
             cls = resolve("callbacks", settings.name)
             self.items.append((settings.name, self._call(settings.name, "__init__", cls, settings, info)))

@@ -6,24 +6,13 @@ Initialisation follows FedSoft's reference code: Xavier-normal weights for linea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from .catalog import CNNModel, ConvModel, model_misfit
 from .config import ModelConfig
 from .plugins import PluginError, resolve
-
-
-@dataclass(frozen=True)
-class DataInfo:
-    """What a model needs to know about the data."""
-
-    input_dim: int
-    num_outputs: int  # 1 for regression, #classes for classification
-    task: str  # "regression" or "classification"
-    input_shape: tuple[int, ...] = ()  # (C, H, W) for images
+from .protocols import DataInfo, ModelFactory
 
 
 class LinearRegression(nn.Module):
@@ -222,7 +211,7 @@ def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | N
     """A freshly initialised model of the factory ``cfg.name`` names (:mod:`raysoft.plugins`:
     built-in, registered or an import path), called as ``factory(cfg, info, generator)``; the
     same generator state gives the same weights."""
-    factory = resolve("models", cfg.name)
+    factory: ModelFactory[ModelConfig] = resolve("models", cfg.name)
     model = factory(cfg, info, generator if generator is not None else torch.Generator().manual_seed(0))
     if not isinstance(model, nn.Module):
         raise PluginError(f"model {cfg.name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")

@@ -198,7 +198,7 @@ def resolve(kind: str, name: str) -> Any:
 
 
 # --------------------------------------------------------------------------- protocols
-ALGORITHM_METHODS = ("init_server", "init_client", "round", "centers", "weights", "eval_payload")
+ALGORITHM_METHODS = ("init_server", "init_client", "round", "eval_payload")  # centers, weights: optional
 STREAM_METHODS = ("first_anchor", "receive", "init_server", "cold_start", "server_step")
 DATASET_METHODS = ("client", "holdout")
 CALLBACK_METHODS = ("on_rows", "on_end")

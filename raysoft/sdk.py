@@ -1,10 +1,13 @@
 """The public surface a plug-in imports: ``from raysoft.sdk import ...``.
 
 Everything named in ``__all__`` is stable: it keeps its name and signature across minor
-versions, and a change to it is written in the changelog of docs/plugins.md. Anything else under
-``raysoft`` is internal and may change without notice. The protocols (what an algorithm, a
-stream algorithm, a model factory, a dataset and a callback must provide) are documented in
-docs/plugins.md, on real examples (``examples/``).
+versions, and a change to it is written in the changelog of docs/plugins.md (its last section,
+"Changelog"). Anything else under ``raysoft`` is internal and may change without notice. The
+protocols (what an algorithm, a stream algorithm, a model factory, a dataset and a callback must
+provide) are types here (:class:`Algorithm`, :class:`Clustered`, :class:`StreamAlgorithm`,
+:class:`ModelFactory`, :class:`Dataset`, :class:`CallbackHooks`), so mypy checks a plug-in
+against them (``_: type[Algorithm] = MyAlgorithm``), and are documented in docs/plugins.md, on
+real examples (``examples/``).
 
 This module imports torch (the algorithm building blocks need it); a driver that only validates
 configs never imports it.
@@ -13,20 +16,32 @@ configs never imports it.
 from __future__ import annotations
 
 from .algorithms.base import (
+    Algorithm,
     ClientCall,
     ClientContext,
+    ClientOp,
+    Clustered,
     Configured,
+    EvalResult,
     Plan,
     Reduced,
     Reduction,
     RoundGenerator,
+    RoundResult,
     ServerContext,
     WeightedMean,
 )
-from .algorithms.common import evaluate_vector, own_data_metrics, scratch_optimizer, train_from, uniform_selection
+from .algorithms.common import (
+    evaluate_vector,
+    own_data_metrics,
+    proximal_pull,
+    scratch_optimizer,
+    train_from,
+    uniform_selection,
+)
 from .algorithms.stream import StreamAlgorithm, StreamClient, StreamConfig, ValSets, client_update, nbytes
 from .callbacks import Callback, RunInfo
-from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, TrainConfig
+from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, Sections, TrainConfig
 from .data import ClientData
 from .devices import device_slips, to_numpy
 from .errors import ConfigError, RaysoftError, Refusal, RunFailure
@@ -34,27 +49,29 @@ from .models import DataInfo
 from .optim import SGD, Adam
 from .params import Params, get_flat, set_flat, weighted_sum
 from .plugins import PluginError
+from .protocols import CallbackHooks, Dataset, ModelFactory
 from .rng import numpy_rng, torch_generator
 from .training import evaluate, make_optimizer, model_losses, per_sample_loss, proximal_train
 
 __all__ = [
     # settings: subclass one of these and set it as your plug-in's ``Settings``
     "AlgorithmConfig", "StreamConfig", "DataConfig", "ModelConfig", "CallbackConfig", "Config", "TrainConfig",
-    # synchronous algorithms: the round protocol
-    "Configured", "ClientCall", "ClientContext", "ServerContext", "RoundGenerator", "WeightedMean", "Reduction",
-    "Plan", "Reduced",
+    "Sections",
+    # synchronous algorithms: the protocols and the round's types
+    "Algorithm", "Clustered", "Configured", "ClientCall", "ClientContext", "ClientOp", "ServerContext",
+    "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced",
     # asynchronous streams
     "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes",
     # building blocks of client and server halves
-    "uniform_selection", "scratch_optimizer", "train_from", "evaluate_vector", "own_data_metrics",
+    "uniform_selection", "scratch_optimizer", "train_from", "proximal_pull", "evaluate_vector", "own_data_metrics",
     "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",
     "Params", "get_flat", "set_flat", "weighted_sum", "numpy_rng", "torch_generator", "Adam", "SGD",
     # devices: a client op's tensors live on ctx.device (ctx.tensor makes one there); to numpy only through this
     "to_numpy", "device_slips",
-    # models and datasets
-    "DataInfo", "ClientData",
-    # callbacks
-    "Callback", "RunInfo",
+    # models and datasets: their protocols and types
+    "ModelFactory", "Dataset", "DataInfo", "ClientData",
+    # callbacks: the protocol, a base class with no-op hooks, what a callback knows of its run
+    "CallbackHooks", "Callback", "RunInfo",
     # errors
     "RaysoftError", "Refusal", "RunFailure", "ConfigError", "PluginError",
 ]

@@ -39,18 +39,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
 from raysoft.sdk import (
+    SGD,
+    Adam,
     AlgorithmConfig,
     ClientCall,
     ClientContext,
     Configured,
     RoundGenerator,
+    RoundResult,
     ServerContext,
     evaluate_vector,
     get_flat,
@@ -95,7 +98,7 @@ def cosine_similarities(updates: np.ndarray) -> np.ndarray:
     return (u @ u.T) / (norms[:, None] * norms[None, :] + 1e-12)
 
 
-def mean_weights(sizes: Sequence[float], weighting: str) -> np.ndarray:
+def mean_weights(sizes: Sequence[float] | np.ndarray, weighting: str) -> np.ndarray:
     """The coefficients of the members' mean: 1/m each (``mean``) or n_i / sum n (``samples``)."""
     n = np.asarray(sizes, dtype=np.float64)
     if weighting == "samples":
@@ -133,8 +136,8 @@ def bipartition(similarities: np.ndarray) -> tuple[list[int], list[int]]:
     while len(groups) > 2:
         alive = sorted(groups)
         sub = dist[np.ix_(alive, alive)]
-        a, b = np.unravel_index(int(np.argmin(sub)), sub.shape)
-        a, b = sorted((alive[a], alive[b]))
+        i, j = (int(v) for v in np.unravel_index(int(np.argmin(sub)), sub.shape))
+        a, b = sorted((alive[i], alive[j]))
         groups[a] += groups.pop(b)
         dist[a, :] = np.maximum(dist[a, :], dist[b, :])  # complete linkage: the farthest pair
         dist[:, a] = dist[a, :]
@@ -169,13 +172,14 @@ class CFLState:
 
 
 # ----------------------------------------------------------------------------- the client half
-def _train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
+def _train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int) -> tuple[Adam | SGD, torch.Tensor]:
     """Train the client's cluster model locally; return the update dW_i = W_i - W_c."""
     start = payload["models"][int(payload["labels"][ctx.client])]
     return opt, train_from(ctx, opt, start, t) - start
 
 
-def _evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
+def _evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
+              t: int) -> tuple[Adam | SGD, dict[str, float]]:
     """The client's cluster model on the client's own data."""
     return opt, evaluate_vector(ctx, payload["models"][int(payload["labels"][ctx.client])])
 
@@ -186,14 +190,13 @@ class CFL(Configured[CFLConfig]):
     of its members' updates when its model is stationary but a member's update is still large."""
 
     Settings = CFLConfig
-    name = "cfl"
     client_ops = {"train": _train, "evaluate": _evaluate}
 
     def init_server(self, ctx: ServerContext) -> CFLState:
         model = get_flat(ctx.new_model("center", 0))
         return CFLState(model[None, :].clone(), np.zeros(ctx.num_clients, dtype=np.int64))
 
-    def init_client(self, ctx: ClientContext):
+    def init_client(self, ctx: ClientContext) -> Adam | SGD:
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: CFLState, t: int) -> RoundGenerator:
@@ -231,9 +234,8 @@ class CFL(Configured[CFLConfig]):
         for c, members in enumerate(groups):
             labels[members] = c
         diagnostics["num_clusters"] = len(groups)
-        diag: dict[str, Any] = {"trained": len(updates), "diagnostics": diagnostics,
-                                "weights_updated": t == 0 or len(groups) > num}
-        return CFLState(torch.stack(new_models), labels), diag
+        return RoundResult(CFLState(torch.stack(new_models), labels), diagnostics,
+                           weights_updated=t == 0 or len(groups) > num, trained=len(updates))
 
     def centers(self, state: CFLState) -> torch.Tensor:
         return state.models
@@ -247,3 +249,9 @@ class CFL(Configured[CFLConfig]):
 
     def eval_payload(self, state: CFLState) -> dict[str, Any]:
         return {"models": state.models, "labels": state.labels}
+
+
+if TYPE_CHECKING:  # mypy checks CFL against the protocol (pyproject.toml: [tool.mypy] files)
+    from raysoft.sdk import Clustered
+
+    _: type[Clustered] = CFL

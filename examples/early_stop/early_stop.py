@@ -13,7 +13,7 @@ run is then written as complete, its summary.json saying ``stopped_early: true``
 from __future__ import annotations
 
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 from pydantic import Field
@@ -71,3 +71,9 @@ class EarlyStop(Callback):
                       f"{self.best:.4g} at round {self.best_step}); stopping at round {int(step)}", file=sys.stderr)
                 return True
         return False
+
+
+if TYPE_CHECKING:  # mypy checks EarlyStop against the callback protocol (pyproject.toml: [tool.mypy] files)
+    from raysoft.sdk import CallbackHooks
+
+    _: type[CallbackHooks] = EarlyStop

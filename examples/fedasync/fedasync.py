@@ -28,7 +28,7 @@ Of raysoft it imports only ``raysoft.sdk`` (the stable plug-in surface).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
@@ -137,3 +137,7 @@ class FedAsync(StreamAlgorithm):
         per cluster: the one global model, once per cluster (a view, no copy). Every cluster's
         figure is the global model's accuracy on that cluster's data."""
         return state.x.unsqueeze(0).expand(state.clusters, -1)
+
+
+if TYPE_CHECKING:  # mypy checks FedAsync against the stream template (pyproject.toml: [tool.mypy] files)
+    _: type[StreamAlgorithm] = FedAsync

@@ -24,22 +24,26 @@ This file imports only from ``raysoft.sdk``, the stable surface for plug-ins.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import Field
 
 from raysoft.sdk import (
+    SGD,
+    Adam,
     AlgorithmConfig,
     ClientCall,
     ClientContext,
     Configured,
     RoundGenerator,
+    RoundResult,
     ServerContext,
     WeightedMean,
     evaluate_vector,
     get_flat,
     numpy_rng,
+    proximal_pull,
     scratch_optimizer,
     train_from,
     uniform_selection,
@@ -52,29 +56,22 @@ class FedProxConfig(AlgorithmConfig):
     mu: float = Field(0.01, ge=0.0, description="weight of the proximal term mu/2 ||w - w^t||^2 (0: FedAvg)")
 
 
-# ----------------------------------------------------------------------------- the maths
-def proximal_pull(mu: float, anchor: torch.Tensor) -> dict[str, Any]:
-    """The keyword arguments of ``proximal_train`` (via ``train_from``) that add the gradient of
-    (mu / 2) ||w - anchor||^2, i.e. ``mu * w - mu * anchor``, to the data gradient; none when mu
-    is 0, so that the local solver is plain FedAvg training, bit for bit."""
-    if mu == 0:
-        return {}
-    return {"pull_scale": mu, "pull_target": mu * anchor}
-
-
+# ----------------------------------------------------------------------------- the state
 @dataclass
 class GlobalModel:
     model: torch.Tensor  # [d], w^t
 
 
 # ----------------------------------------------------------------------------- the client half
-def _train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
-    """Client k: approximately minimise F_k(w) + mu/2 ||w - w^t||^2 from w^t; return w."""
+def _train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int) -> tuple[Adam | SGD, torch.Tensor]:
+    """Client k: approximately minimise F_k(w) + mu/2 ||w - w^t||^2 from w^t; return w.
+    ``proximal_pull`` (from raysoft.sdk) adds mu (w - w^t) to every mini-batch gradient."""
     start = payload["model"]
     return opt, train_from(ctx, opt, start, t, **proximal_pull(payload["mu"], start))
 
 
-def _evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
+def _evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
+              t: int) -> tuple[Adam | SGD, dict[str, float]]:
     """The global model's metrics on the client's own data."""
     return opt, evaluate_vector(ctx, payload["model"])
 
@@ -84,13 +81,12 @@ class FedProx(Configured[FedProxConfig]):
     """FedProx (Li et al., MLSys'20): FedAvg whose clients minimise F_k(w) + mu/2 ||w - w^t||^2."""
 
     Settings = FedProxConfig
-    name = "fedprox"
     client_ops = {"train": _train, "evaluate": _evaluate}
 
     def init_server(self, ctx: ServerContext) -> GlobalModel:
         return GlobalModel(get_flat(ctx.new_model("center", 0)))  # the same w^0 as the built-in FedAvg
 
-    def init_client(self, ctx: ClientContext):
+    def init_client(self, ctx: ClientContext) -> Adam | SGD:
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: GlobalModel, t: int) -> RoundGenerator:
@@ -99,7 +95,7 @@ class FedProx(Configured[FedProxConfig]):
         res = yield ClientCall("train", selected, {"model": state.model, "mu": self.settings.mu},
                                reduce=WeightedMean(ctx.sizes))
         model = res.value if res.clients else state.model  # every update excluded: keep w^t
-        return GlobalModel(model), {"trained": len(res.clients)}
+        return RoundResult(GlobalModel(model), trained=len(res.clients))
 
     def centers(self, state: GlobalModel) -> torch.Tensor:
         return state.model[None, :]
@@ -109,3 +105,9 @@ class FedProx(Configured[FedProxConfig]):
 
     def eval_payload(self, state: GlobalModel) -> dict[str, Any]:
         return {"model": state.model}
+
+
+if TYPE_CHECKING:  # mypy checks FedProx against the protocol (pyproject.toml: [tool.mypy] files)
+    from raysoft.sdk import Clustered
+
+    _: type[Clustered] = FedProx

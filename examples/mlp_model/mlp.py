@@ -7,7 +7,7 @@ The class is its own factory: raysoft calls ``MLP(settings, info, generator)``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
 from pydantic import Field
@@ -57,3 +57,9 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.net(x)
         return out.squeeze(-1) if self.regression else out
+
+
+if TYPE_CHECKING:  # mypy checks MLP against the model-factory protocol (pyproject.toml: [tool.mypy] files)
+    from raysoft.sdk import ModelFactory
+
+    _: ModelFactory[MLPSettings] = MLP

@@ -10,7 +10,7 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -149,8 +149,8 @@ class NpzClients:
             return self._x(z["x"]), self._y(z["y"])
 
     def _x(self, x: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-        return x.reshape(len(x), *self.info.input_shape) if self.info.input_shape else x.reshape(len(x), -1)
+        out = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        return out.reshape(len(out), *self.info.input_shape) if self.info.input_shape else out.reshape(len(out), -1)
 
     def _y(self, y: np.ndarray) -> torch.Tensor:
         if self.info.task == "regression":
@@ -226,3 +226,9 @@ class NpzClients:
             return _arrays(path)
         except (zipfile.BadZipFile, ValueError, KeyError, EOFError) as err:
             raise ValueError(f"{path}: not a readable .npz file ({err})") from None
+
+
+if TYPE_CHECKING:  # mypy checks NpzClients against the dataset protocol (pyproject.toml: [tool.mypy] files)
+    from raysoft.sdk import Dataset
+
+    _: type[Dataset] = NpzClients

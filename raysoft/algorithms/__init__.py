@@ -14,21 +14,29 @@ This package's names are imported on first use (PEP 562), so that importing
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from ..config import AlgorithmConfig
+    from .base import Algorithm
+    from .stream import StreamAlgorithm
 
 _LAZY = {
-    "Algorithm": "base", "ClientCall": "base", "ClientContext": "base", "Plan": "base", "Reduced": "base",
-    "Reduction": "base", "ServerContext": "base", "WeightedMean": "base",
+    "Algorithm": "base", "ClientCall": "base", "ClientContext": "base", "Clustered": "base", "EvalResult": "base",
+    "Plan": "base", "Reduced": "base", "Reduction": "base", "RoundResult": "base", "ServerContext": "base",
+    "WeightedMean": "base",
     "StreamAlgorithm": "stream", "StreamConfig": "settings",
 }
 
 
-def make_algorithm(settings: Any) -> Any:
+def make_algorithm(settings: AlgorithmConfig) -> Algorithm | StreamAlgorithm:
     """The algorithm object for a config's ``algorithm`` section: the class its ``name`` names
     (:func:`raysoft.plugins.resolve`; built-ins and plug-ins alike), made from the settings."""
     from ..plugins import PluginError, resolve
 
-    algorithm = resolve("algorithms", settings.name)(settings)
+    algorithm: Algorithm | StreamAlgorithm = resolve("algorithms", settings.name)(settings)
     ops = getattr(algorithm, "client_ops", None)
     if not isinstance(ops, dict) or not all(callable(op) for op in ops.values()):
         raise PluginError(f"algorithm {settings.name!r}: client_ops must be a dict of op name -> "
@@ -40,7 +48,7 @@ def make_algorithm(settings: Any) -> Any:
     return algorithm
 
 
-def is_stream(algorithm: Any) -> bool:
+def is_stream(algorithm: object) -> TypeIs[StreamAlgorithm]:
     """An asynchronous, client-driven stream (not synchronous rounds)."""
     from .stream import StreamAlgorithm
 
@@ -53,5 +61,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Algorithm", "ClientCall", "ClientContext", "Plan", "Reduced", "Reduction",
-           "ServerContext", "StreamAlgorithm", "StreamConfig", "WeightedMean", "is_stream", "make_algorithm"]
+__all__ = ["Algorithm", "ClientCall", "ClientContext", "Clustered", "EvalResult", "Plan", "Reduced", "Reduction",
+           "RoundResult", "ServerContext", "StreamAlgorithm", "StreamConfig", "WeightedMean", "is_stream",
+           "make_algorithm"]

@@ -2,28 +2,34 @@
 
 An algorithm is a module of pure functions plus one object that wires them, made from the
 algorithm's settings (its section of the config, :class:`~raysoft.config.AlgorithmConfig`):
-``Algo(settings)``; the object reads them as ``self.settings``.
+``Algo(settings)``; the object reads them as ``self.settings``. :class:`Algorithm` is its
+protocol (the type the engine takes):
 
 * ``init_server(ctx) -> state`` and ``init_client(ctx) -> client_state``;
 * ``round(ctx, state, t)``: a generator expressing one round as a sequence of client calls.
   It yields :class:`ClientCall` requests (an operation, the clients that run it, and one
   payload broadcast to all of them), receives ``{client_id: result}`` for each, and finally
-  returns ``(new_state, diagnostics)``. The backend decides where and how the calls run; the
-  algorithm never knows about Ray. A call with ``reduce`` (a :class:`Reduction`) receives a
-  :class:`Reduced` instead: a weighted sum of the finite results planned from their small
-  parts, which a backend may accumulate where the clients run (``ray.reduce_in_actors``), one
-  tensor per actor;
+  returns a :class:`RoundResult` (the new state, the round's diagnostics, whether the weights
+  changed). The backend decides where and how the calls run; the algorithm never knows about
+  Ray. A call with ``reduce`` (a :class:`Reduction`) receives a :class:`Reduced` instead: a
+  weighted sum of the finite results planned from their small parts, which a backend may
+  accumulate where the clients run (``ray.reduce_in_actors``), one tensor per actor;
 * ``client_ops``: the client half, ``op(ctx, client_state, payload, t) -> (client_state, result)``;
   ``readonly_ops`` name the ops that leave the client state as it was (default: ``evaluate``) and
   ``stateless_ops`` those that do not read it (they get ``None``), so a host that keeps states
   on disk (``ray.client_state: disk``) neither writes back nor loads them;
-* ``centers(state)`` (models evaluated on the holdout sets) and ``weights(state)``
-  (each client's importance / mixture weights over the centers, or ``None``);
-* ``eval_payload(state)``: what the client op ``evaluate`` receives. Its results are metric
-  dicts; keys starting with ``_`` are not metrics and go to ``absorb_eval(state, results)``
-  when the algorithm defines it (IFCA: every client's chosen center).
+* ``eval_payload(state)``: what the client op ``evaluate`` receives. Its result is an
+  :class:`EvalResult` (metrics, and an ``extra`` for ``absorb_eval(state, results)`` when the
+  algorithm defines it: IFCA's chosen center) or a plain dict of metrics;
+* optional, for algorithms with models to score on the holdout sets (:class:`Clustered`):
+  ``centers(state)`` (the models evaluated on the holdout sets) and ``weights(state)`` (each
+  client's importance / mixture weights over the centers, or ``None``). An algorithm without
+  them has no center rows and no weight records.
 
-A round's diagnostics with ``weights_updated: True`` make the coordinator record the weights.
+The earlier forms still work: ``round`` may return ``(new_state, diagnostics_dict)`` (whose
+``weights_updated: True`` records the weights, ``diagnostics`` holds the per-round figures and
+``trained`` the clients trained), and an ``evaluate`` dict's keys starting with ``_`` are not
+metrics (``absorb_eval`` still gets them); :func:`as_round_result` reads the old form.
 """
 
 from __future__ import annotations
@@ -88,9 +94,10 @@ class Plan:
         return total if self.start is None else self.start.add_(total)
 
 
-def leaves_state(algorithm: Any, op: str) -> bool:
+def leaves_state(algorithm: object, op: str) -> bool:
     """Whether client op ``op`` of ``algorithm`` leaves the client's state as it was (its
-    ``readonly_ops``, which read it, or its ``stateless_ops``, which do not)."""
+    ``readonly_ops``, which read it, or its ``stateless_ops``, which do not), of any
+    algorithm, synchronous or stream, where it declares them."""
     return op in getattr(algorithm, "stateless_ops", ()) or op in getattr(algorithm, "readonly_ops", ("evaluate",))
 
 
@@ -166,7 +173,17 @@ class ClientCall:
 
 @dataclass
 class ServerContext:
-    """What the server half may know: the config, client sizes, and the model shape."""
+    """What the server half (``init_server``, ``round``) may know.
+
+    * ``cfg``: the whole run config (:class:`~raysoft.config.Config`): ``cfg.seed`` for random
+      streams, ``cfg.train`` (``lr``, ...), ``cfg.data``, your settings as ``cfg.algorithm``;
+    * ``sizes``: every client's number of training samples, ``[num_clients]`` int64 (the n_k
+      of a weighted mean: ``WeightedMean(ctx.sizes)``);
+    * ``info``: the data's shape (:class:`~raysoft.models.DataInfo`);
+    * ``num_clients``: ``len(sizes)``;
+    * ``new_model(*stream)``: a fresh model drawn from the random stream ``(cfg.seed, *stream)``,
+      e.g. ``ctx.new_model("center", 0)`` (what the built-ins start from), on the CPU.
+    """
 
     cfg: Config
     sizes: np.ndarray
@@ -174,6 +191,7 @@ class ServerContext:
 
     @property
     def num_clients(self) -> int:
+        """The number of clients (``data.clients``)."""
         return int(self.sizes.shape[0])
 
     def new_model(self, *stream: int | str) -> nn.Module:
@@ -183,7 +201,29 @@ class ServerContext:
 
 @dataclass
 class ClientContext:
-    """What the client half may know: its id, its data, and a scratch model."""
+    """What the client half (``init_client`` and every client op) may know; one per client.
+
+    * ``cfg``: the whole run config (:class:`~raysoft.config.Config`): ``cfg.seed``, the local
+      solver ``cfg.train`` (optimizer, ``lr``, ``batch_size``, ``local_epochs``), your settings
+      as ``cfg.algorithm``;
+    * ``client``: this client's id, ``0 .. num_clients - 1``;
+    * ``data``: its data (:class:`~raysoft.data.ClientData`): ``x``, ``y``, ``components`` (the
+      true distribution of each sample) and, where the dataset has one, the client's own test
+      split ``test_x``, ``test_y`` (else None); on :attr:`device`;
+    * ``info``: the data's shape (:class:`~raysoft.models.DataInfo`: ``input_dim``,
+      ``num_outputs``, ``task``, ``input_shape``);
+    * ``scratch``: a model shared by the clients of one host, whose parameters a client op may
+      overwrite freely (load a vector with ``set_flat``, train it, read it with ``get_flat``);
+      nothing may be kept in it between calls;
+    * ``device``: where the host runs its clients (``train.device``); make tensors there
+      (:meth:`tensor`, ``device=ctx.device``);
+    * ``num_clients``: the number of clients (``data.clients``);
+    * ``new_model(*stream)``: a fresh model drawn from the random stream ``(cfg.seed, *stream)``
+      (on the CPU, then moved to :attr:`device`: the same numbers on every device), e.g.
+      ``ctx.new_model("client_init")`` for a client's own model;
+    * ``tensor(value, dtype=None)``: ``value`` (a numpy array of a payload, a list, a tensor) as
+      a tensor on :attr:`device`, of ``dtype`` (None: the value's own).
+    """
 
     cfg: Config
     client: int
@@ -191,6 +231,11 @@ class ClientContext:
     info: DataInfo
     scratch: nn.Module  # a model whose parameters client ops may overwrite freely
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where the host runs its clients
+
+    @property
+    def num_clients(self) -> int:
+        """The number of clients (``data.clients``)."""
+        return int(self.cfg.data.clients)
 
     def new_model(self, *stream: int | str) -> nn.Module:
         """A model initialised from the random stream (seed, *stream), on :attr:`device` (drawn
@@ -203,8 +248,65 @@ class ClientContext:
         return torch.as_tensor(value, dtype=dtype, device=self.device)
 
 
+@dataclass(frozen=True)
+class RoundResult:
+    """What ``round`` returns (the generator's return value).
+
+    * ``state``: the server's new state;
+    * ``diagnostics``: the algorithm's own per-round figures, ``{name: number}``, written to
+      ``diagnostics.parquet`` (one row per name, at the round);
+    * ``weights_updated``: True records ``weights(state)`` in ``weights.parquet`` at this round
+      (an algorithm that estimates weights sets it when they changed);
+    * ``trained``: the number of clients whose training went into the round, reported with the
+      step (``raysoft bench`` counts clients trained per second from it; None: not said).
+    """
+
+    state: Any
+    diagnostics: Mapping[str, float] = field(default_factory=dict)
+    weights_updated: bool = False
+    trained: int | None = None
+
+
+def as_round_result(value: Any) -> RoundResult:
+    """A round's return value as a :class:`RoundResult`: itself, or the earlier form
+    ``(state, {"trained": n, "weights_updated": bool, "diagnostics": {name: value}, ...})``
+    (other keys are ignored). Anything else is a ``TypeError`` saying what was returned."""
+    if isinstance(value, RoundResult):
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], Mapping):
+        state, diag = value
+        trained = diag.get("trained")
+        return RoundResult(state, dict(diag.get("diagnostics") or {}), bool(diag.get("weights_updated")),
+                           None if trained is None else int(trained))
+    what = f"a tuple of {len(value)}" if isinstance(value, tuple) else type(value).__name__
+    raise TypeError(f"returned {what}, not a RoundResult(state, diagnostics, weights_updated) or a "
+                    "(state, diagnostics dict) pair")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What the client op ``evaluate`` may return as its result: ``metrics`` (``{name: number}``,
+    each a row of ``metrics.parquet``, scope ``client``) and ``extra``, anything else the server
+    should learn from the evaluation (not recorded): ``absorb_eval(state, results)`` receives
+    every client's EvalResult and may read it (IFCA: the center the client chose)."""
+
+    metrics: Mapping[str, float]
+    extra: Any = None
+
+
+def eval_metrics(result: Any) -> dict[str, float]:
+    """The metrics of one client's ``evaluate`` result: an :class:`EvalResult`'s ``metrics``,
+    or a plain dict's keys that do not start with ``_`` (the earlier form of extras)."""
+    if isinstance(result, EvalResult):
+        return dict(result.metrics)
+    if isinstance(result, Mapping):
+        return {k: v for k, v in result.items() if not str(k).startswith("_")}
+    raise TypeError(f"its evaluate op returned {type(result).__name__}, not an EvalResult or a dict of metrics")
+
+
 # a round yields calls and is sent each call's results: {client: result}, or a Reduced for a call with ``reduce``
-RoundGenerator = Generator[ClientCall, Any, tuple[Any, dict[str, Any]]]
+RoundGenerator = Generator[ClientCall, Any, RoundResult | tuple[Any, dict[str, Any]]]
+# a client op: op(ctx, client_state, payload, t) -> (client_state, result)
 ClientOp = Callable[[ClientContext, Any, dict[str, Any], int], tuple[Any, Any]]
 
 
@@ -214,7 +316,6 @@ S = TypeVar("S", bound=AlgorithmConfig)
 class Configured(Generic[S]):
     """An algorithm object made from its settings (its ``Settings``), which it reads as ``self.settings``."""
 
-    name: str
     readonly_ops: tuple[str, ...] = ("evaluate",)
     stateless_ops: tuple[str, ...] = ()
 
@@ -223,9 +324,18 @@ class Configured(Generic[S]):
 
 
 class Algorithm(Protocol):
-    name: str
-    settings: AlgorithmConfig
-    client_ops: dict[str, ClientOp]
+    """The protocol of a synchronous algorithm (what the engine takes): made as
+    ``Algo(settings)``, it has ``settings``, ``client_ops`` (op name -> :data:`ClientOp`,
+    ``evaluate`` among them), ``init_server``, ``init_client``, ``round`` and ``eval_payload``.
+    Optional, read when present: ``centers`` and ``weights`` (:class:`Clustered`),
+    ``absorb_eval(state, results)``, ``assignment(state)``, ``readonly_ops``,
+    ``stateless_ops``, ``batched_ops`` and ``state_types``."""
+
+    @property
+    def settings(self) -> AlgorithmConfig: ...
+
+    @property
+    def client_ops(self) -> Mapping[str, ClientOp]: ...
 
     def init_server(self, ctx: ServerContext) -> Any: ...
 
@@ -233,8 +343,16 @@ class Algorithm(Protocol):
 
     def round(self, ctx: ServerContext, state: Any, t: int) -> RoundGenerator: ...
 
+    def eval_payload(self, state: Any) -> dict[str, Any]: ...
+
+
+class Clustered(Algorithm, Protocol):
+    """An :class:`Algorithm` with models to score on every distribution's holdout set:
+    ``centers(state)``, a tensor ``[centers, parameters]`` (their number may change during a
+    run), and ``weights(state)``, each client's weights over the centers ``[clients,
+    centers]``, or None. The engine records center rows and weights only for an algorithm that
+    has them."""
+
     def centers(self, state: Any) -> torch.Tensor: ...
 
     def weights(self, state: Any) -> np.ndarray | None: ...
-
-    def eval_payload(self, state: Any) -> dict[str, Any]: ...

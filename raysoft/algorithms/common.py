@@ -27,12 +27,32 @@ def scratch_optimizer(ctx: ClientContext) -> Adam | SGD:
 
 def train_from(ctx: ClientContext, opt: Adam | SGD, start: Params, t: int, tag: str = "shuffle", **kw: Any) -> Params:
     """Load ``start`` into the scratch model, train it locally with the client's optimizer
-    state, and return the trained vector."""
+    state ``opt`` (bound to the scratch model here) and return the trained vector.
+
+    The local solver is the ``train`` section's (``local_epochs`` passes of mini-batches of
+    ``batch_size``). ``tag`` names the random stream of the mini-batch order,
+    ``(cfg.seed, tag, client, t)``: the default ``"shuffle"`` is the built-ins' own, so the same
+    client in the same round sees its batches in the same order; another tag draws an order of
+    its own (a second training pass in one round). ``kw`` goes to
+    :func:`~raysoft.training.proximal_train`: ``pull_scale`` (a) and ``pull_target`` (b, a
+    vector like ``start``) add ``a * w - b`` to every mini-batch gradient (a proximal pull
+    towards ``b / a``; :func:`proximal_pull` makes them), ``sample_weights`` (one per sample)
+    weighs each sample's loss, ``epochs`` overrides ``train.local_epochs``."""
     set_flat(ctx.scratch, start)
     opt.bind(ctx.scratch.parameters())
     proximal_train(ctx.scratch, opt, ctx.data.x, ctx.data.y, ctx.info.task, ctx.cfg.train,
                    rng=numpy_rng(ctx.cfg.seed, tag, ctx.client, t), **kw)
     return get_flat(ctx.scratch)
+
+
+def proximal_pull(mu: float, anchor: Params) -> dict[str, Any]:
+    """The keyword arguments of :func:`train_from` (``pull_scale``, ``pull_target``) that add
+    the gradient of (mu / 2) ||w - anchor||^2, i.e. ``mu * w - mu * anchor``, to the data
+    gradient (FedProx's proximal term); none when mu is 0, so that the local solver is plain
+    training, bit for bit."""
+    if mu == 0:
+        return {}
+    return {"pull_scale": mu, "pull_target": mu * anchor}
 
 
 def own_data_metrics(ctx: ClientContext, model: torch.nn.Module) -> dict[str, float]:

@@ -3,7 +3,7 @@
 FedAvg (McMahan et al., AISTATS 2017): each round, ``clients_per_round`` clients drawn
 uniformly start from the global model, train locally, and the server takes the n_k-weighted
 average of their models. Local: each selected client trains its own model on its own data,
-with no communication (no centers).
+with no communication (no centers and no weights: it defines neither).
 
 Both keep each client's optimizer state (Adam moments, SGD momentum) across rounds, like
 FedSoft and FedEM's reference code.
@@ -20,7 +20,7 @@ from ..optim import SGD, Adam
 from ..params import get_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
-from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext, WeightedMean
+from .base import ClientCall, ClientContext, Configured, RoundGenerator, RoundResult, ServerContext, WeightedMean
 from .common import (
     batched_local_train,
     evaluate_vector,
@@ -53,7 +53,6 @@ class FedAvg(Configured[FedAvgConfig]):
     """FedAvg: one global model, the n_k-weighted average of the selected clients' models."""
 
     Settings = FedAvgConfig
-    name = "fedavg"
     client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate}
     batched_ops = {"train": _fedavg_train_batched}
 
@@ -68,7 +67,7 @@ class FedAvg(Configured[FedAvgConfig]):
                                      numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"model": state.model}, reduce=WeightedMean(ctx.sizes))
         model = res.value if res.clients else state.model
-        return GlobalModel(model), {"trained": len(res.clients)}
+        return RoundResult(GlobalModel(model), trained=len(res.clients))
 
     def centers(self, state: GlobalModel) -> torch.Tensor:
         return state.model[None, :]
@@ -105,28 +104,21 @@ class Local(Configured[LocalConfig]):
     """Local: every selected client trains its own model; no communication."""
 
     Settings = LocalConfig
-    name = "local"
     client_ops = {"train": _local_train, "evaluate": _local_evaluate}
     batched_ops = {"train": _local_train_batched}
 
-    def init_server(self, ctx: ServerContext) -> dict:
-        return {"d": get_flat(ctx.new_model("client_init")).numel()}
+    def init_server(self, ctx: ServerContext) -> None:
+        return None  # no server state: every model is a client's own
 
     def init_client(self, ctx: ClientContext) -> LocalClient:
         model = ctx.new_model("client_init")
         return LocalClient(model, make_optimizer(ctx.cfg.train, model.parameters()))
 
-    def round(self, ctx: ServerContext, state: dict, t: int) -> RoundGenerator:
+    def round(self, ctx: ServerContext, state: None, t: int) -> RoundGenerator:
         selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
                                      numpy_rng(ctx.cfg.seed, "select", t))
         yield ClientCall("train", selected, {})
-        return state, {"trained": len(selected)}
+        return RoundResult(state, trained=len(selected))
 
-    def centers(self, state: dict) -> torch.Tensor:
-        return torch.zeros((0, state["d"]))
-
-    def weights(self, state: dict) -> None:
-        return None
-
-    def eval_payload(self, state: dict) -> dict[str, Any]:
+    def eval_payload(self, state: None) -> dict[str, Any]:
         return {}

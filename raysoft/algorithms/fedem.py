@@ -33,7 +33,17 @@ from ..optim import SGD, Adam
 from ..params import get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import evaluate, model_losses, outputs
-from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext, summed
+from .base import (
+    ClientCall,
+    ClientContext,
+    Configured,
+    Plan,
+    Reduction,
+    RoundGenerator,
+    RoundResult,
+    ServerContext,
+    summed,
+)
 from .common import scratch_optimizer, train_from, uniform_selection
 from .settings import FedEMConfig
 
@@ -128,7 +138,6 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any]
 
 class FedEM(Configured[FedEMConfig]):
     Settings = FedEMConfig
-    name = "fedem"
 
     def __init__(self, settings: FedEMConfig) -> None:
         super().__init__(settings)
@@ -152,7 +161,7 @@ class FedEM(Configured[FedEMConfig]):
         learners = res.value
         for k, (_, p) in res.rest.items():
             pi[k] = to_numpy(p)
-        return FedEMState(learners, pi), {"weights_updated": True, "trained": len(selected)}
+        return RoundResult(FedEMState(learners, pi), weights_updated=True, trained=len(selected))
 
     def centers(self, state: FedEMState) -> torch.Tensor:
         return state.learners

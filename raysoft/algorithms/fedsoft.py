@@ -25,7 +25,17 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, model_losses, proximal_train
-from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext, summed
+from .base import (
+    ClientCall,
+    ClientContext,
+    Configured,
+    Plan,
+    Reduction,
+    RoundGenerator,
+    RoundResult,
+    ServerContext,
+    summed,
+)
 from .common import batched_local_train, own_data_metrics
 from .settings import FedSoftConfig
 
@@ -186,7 +196,6 @@ def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, An
 # ----------------------------------------------------------------------------- server half
 class FedSoft(Configured[FedSoftConfig]):
     Settings = FedSoftConfig
-    name = "fedsoft"
     client_ops = {"estimate": client_estimate, "train": client_train, "evaluate": client_evaluate}
     stateless_ops = ("estimate",)  # the centers' losses on the client's data
     batched_ops = {"train": client_train_batched}
@@ -205,13 +214,13 @@ class FedSoft(Configured[FedSoftConfig]):
         a = self.settings
         everyone = list(range(ctx.num_clients))
         u = state.u
-        diag: dict[str, Any] = {}
+        estimated = False
         if t % a.estimation_interval == 0:
             res = yield ClientCall("estimate", everyone, {"centers": state.centers, "sigma": a.sigma})
             u = state.u.copy()  # a client whose estimate was excluded keeps its previous one
             for k, uk in res.items():
                 u[k] = uk
-            diag["weights_updated"] = True
+            estimated = True
         v = selection_probabilities(u, ctx.sizes)
         if a.selection == "sample":
             selected = select_clients(v, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
@@ -226,9 +235,9 @@ class FedSoft(Configured[FedSoftConfig]):
         )
         res = yield ClientCall("train", trainers, payload, reduce=sums)
         dists = [res.rest[k][1] for k in res.clients]
-        diag["diagnostics"] = {"coupling": float(np.mean(dists)) if dists else float("nan")}
-        diag["trained"] = len(trainers)
-        return FedSoftState(centers=res.value, u=u), diag
+        coupling = float(np.mean(dists)) if dists else float("nan")
+        return RoundResult(FedSoftState(centers=res.value, u=u), {"coupling": coupling}, weights_updated=estimated,
+                           trained=len(trainers))
 
     def centers(self, state: FedSoftState) -> torch.Tensor:
         return state.centers

@@ -36,7 +36,7 @@ import torch
 from ..devices import to_numpy
 from ..params import get_flat
 from ..rng import numpy_rng
-from .base import ClientCall, ClientContext, Configured, RoundGenerator, ServerContext
+from .base import ClientCall, ClientContext, Configured, RoundGenerator, RoundResult, ServerContext
 from .common import evaluate_vector, scratch_optimizer, train_from, uniform_selection
 from .settings import FPFCConfig
 
@@ -238,7 +238,6 @@ def _fpfc_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
 
 class FPFC(Configured[FPFCConfig]):
     Settings = FPFCConfig
-    name = "fpfc"
     client_ops = {"train": _fpfc_train, "evaluate": _fpfc_evaluate}
 
     def init_server(self, ctx: ServerContext) -> FPFCState:
@@ -266,18 +265,16 @@ class FPFC(Configured[FPFCConfig]):
         for i, j in round_pairs(selected, m, a.pairs):
             update_pairs(w, theta, v, i, j, a)
         labels = clusters(theta, m, a.nu)
-        diag: dict[str, Any] = {"num_clusters": int(labels.max() + 1)}
-        if t + 1 == a.rounds:  # every member takes its cluster's n-weighted model
-            diag["diagnostics"] = {f"clusters_nu={nu:g}": int(clusters(theta, m, nu).max() + 1)
-                                   for nu in a.report_thresholds}
+        diagnostics: dict[str, float] = {}
+        last = t + 1 == a.rounds
+        if last:  # every member takes its cluster's n-weighted model
+            diagnostics = {f"clusters_nu={nu:g}": int(clusters(theta, m, nu).max() + 1) for nu in a.report_thresholds}
             if a.grouping == "components":
                 w = cluster_models(w, labels, state.sizes)[labels]
             else:
                 w, labels, sets = neighbourhood_models(w, theta, a.nu, state.sizes)
-                diag["num_clusters"] = int(labels.max() + 1)
-                diag["diagnostics"]["neighbourhood_sets"] = sets
-            diag["weights_updated"] = True
-        return FPFCState(w, theta, v, state.sizes, labels), diag
+                diagnostics["neighbourhood_sets"] = sets
+        return RoundResult(FPFCState(w, theta, v, state.sizes, labels), diagnostics, weights_updated=last)
 
     def centers(self, state: FPFCState) -> torch.Tensor:
         """The current clusters' n-weighted models (after the last round: the final models)."""

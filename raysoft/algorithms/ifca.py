@@ -33,7 +33,18 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import full_gradient
-from .base import ClientCall, ClientContext, Configured, Plan, Reduction, RoundGenerator, ServerContext, summed
+from .base import (
+    ClientCall,
+    ClientContext,
+    Configured,
+    EvalResult,
+    Plan,
+    Reduction,
+    RoundGenerator,
+    RoundResult,
+    ServerContext,
+    summed,
+)
 from .common import evaluate_vector, mean_losses, scratch_optimizer, train_from, uniform_selection
 from .settings import IFCAConfig
 
@@ -130,12 +141,11 @@ def _ifca_assign(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t
 
 def _ifca_evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
     j = _choose(ctx, payload)
-    return opt, {**evaluate_vector(ctx, payload["centers"][j]), "_center": j}
+    return opt, EvalResult(evaluate_vector(ctx, payload["centers"][j]), extra=j)  # extra: the chosen center
 
 
 class IFCA(Configured[IFCAConfig]):
     Settings = IFCAConfig
-    name = "ifca"
     client_ops = {"train": _ifca_train, "evaluate": _ifca_evaluate, "assign": _ifca_assign}
     readonly_ops = ("evaluate", "assign")
 
@@ -179,14 +189,14 @@ class IFCA(Configured[IFCAConfig]):
         assignment = state.assignment.copy()
         for k, j in assignments.items():
             assignment[k] = j
-        sizes = np.bincount(list(assignments.values()), minlength=state.centers.shape[0])
-        return IFCAState(centers, assignment), {"weights_updated": True, "cluster_sizes": sizes.tolist()}
+        return RoundResult(IFCAState(centers, assignment), weights_updated=True)
 
-    def absorb_eval(self, state: IFCAState, results: dict[int, dict[str, Any]]) -> IFCAState:
-        """Every client's chosen center at evaluation time becomes its current assignment."""
+    def absorb_eval(self, state: IFCAState, results: dict[int, EvalResult]) -> IFCAState:
+        """Every client's chosen center at evaluation time (its evaluation's ``extra``) becomes
+        its current assignment."""
         assignment = state.assignment.copy()
         for k, r in results.items():
-            assignment[k] = r["_center"]
+            assignment[k] = r.extra
         return IFCAState(state.centers, assignment)
 
     def centers(self, state: IFCAState) -> torch.Tensor:

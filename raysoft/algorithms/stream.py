@@ -139,7 +139,6 @@ class StreamAlgorithm(Configured[StreamConfig]):
 
     def __init__(self, settings: StreamConfig) -> None:
         super().__init__(settings)
-        self.name = settings.name
         self.client_ops = {"stream_step": self.step, "stream_score": self.score}
 
     # ------------------------------------------------------------------ client half

@@ -8,6 +8,7 @@ created inside the actor that hosts the client and never shipped through the dri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +18,9 @@ from ..models import DataInfo
 from ..plugins import PluginError, resolve
 from ..rng import numpy_rng
 from .partition import client_sizes, component_counts, mixtures
+
+if TYPE_CHECKING:
+    from ..protocols import Dataset
 
 __all__ = ["ClientData", "Federation", "component_counts"]
 
@@ -43,7 +47,7 @@ class Federation:
         self.cfg = cfg
         self.seed = seed = cfg.draw_seed(seed)
         rng = numpy_rng(seed, "partition", str(cfg.partition))
-        self._gen = resolve("datasets", cfg.name)(cfg, seed)
+        self._gen: Dataset = resolve("datasets", cfg.name)(cfg, seed)
         info = getattr(self._gen, "info", None)
         if not isinstance(info, DataInfo):
             raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.sdk.DataInfo (got {info!r})")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientCall, Reduced, ServerContext
-from ..algorithms.base import leaves_state, split_result
+from ..algorithms.base import Algorithm, as_round_result, eval_metrics, leaves_state, split_result
 from ..config import Config
 from ..data import Federation
 from ..errors import PluginFailure, UpdateError, plugin_call
@@ -46,7 +46,8 @@ class RoundCoordinator(CoordinatorBase):
 
     CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now")
 
-    def __init__(self, cfg: Config, executor: Any, algorithm: Any, run_id: str, run_dir: str | None = None) -> None:
+    def __init__(self, cfg: Config, executor: Any, algorithm: Algorithm, run_id: str,
+                 run_dir: str | None = None) -> None:
         self._round = 0
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
@@ -111,24 +112,33 @@ class RoundCoordinator(CoordinatorBase):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
-        """Every center on every holdout set; every client's local model on its own data."""
-        scores = self.evaluate_clusters(self.scratch, self.algorithm.centers(self.state), self.holdouts,
-                                        self.fed.info.task, self.metric)
+        """Every center on every holdout set (an algorithm without ``centers`` has none);
+        every client's local model on its own data (its ``evaluate`` op's metrics)."""
+        centers = getattr(self.algorithm, "centers", None)
+        if centers is not None:
+            scores = self.evaluate_clusters(self.scratch, centers(self.state), self.holdouts, self.fed.info.task,
+                                            self.metric)
+        else:
+            scores = np.zeros((len(self.holdouts), 0))
         self._count("holdout", scores.shape[1] * sum(len(y) for _, y in self.holdouts))
         payload = self.algorithm.eval_payload(self.state)
         self._count("evaluate", int(self.fed.sizes.sum()))
         local = self._exec(self.executor.call, "evaluate", list(range(self.fed.num_clients)), payload, self.round,
                            sent=payload)
+        metrics: dict[int, dict[str, float]] = {}
         for k in sorted(local):
-            for name, value in local[k].items():
-                if not name.startswith("_"):
-                    self.row("client", k, -1, name, value)
+            try:
+                metrics[k] = eval_metrics(local[k])
+            except TypeError as err:
+                raise PluginFailure(f"algorithm {self.cfg.algorithm.name!r}: client {k}: {err}") from None
+            for name, value in metrics[k].items():
+                self.row("client", k, -1, name, value)
         absorb = getattr(self.algorithm, "absorb_eval", None)
         if absorb is not None:
             self.state = absorb(self.state, local)
         self.center_scores = scores
-        names = [n for n in local[0] if not n.startswith("_")] if local else []
-        self.local_means = {n: float(np.mean([local[k][n] for k in sorted(local)])) for n in names}
+        names = list(metrics[min(metrics)]) if metrics else []
+        self.local_means = {n: float(np.mean([metrics[k][n] for k in sorted(metrics)])) for n in names}
         head = {}
         if scores.shape[1]:
             best = scores.min(axis=1) if LOWER_IS_BETTER[self.metric] else scores.max(axis=1)
@@ -214,15 +224,19 @@ class RoundCoordinator(CoordinatorBase):
                 result = self._reduced_call(call, t) if call.reduce is not None else self._call(call, t)
                 call = plugin_call(gen.send, (result,), where)
         except StopIteration as stop:
-            self.state, diag = stop.value
-        if diag.get("weights_updated"):
+            try:
+                outcome = as_round_result(stop.value)
+            except TypeError as err:
+                raise PluginFailure(f"algorithm {self.cfg.algorithm.name!r}: its round {t} {err}") from None
+        self.state = outcome.state
+        if outcome.weights_updated:
             self._record_weights(t)
-        for name, value in diag.get("diagnostics", {}).items():  # an algorithm's own per-round figures
+        for name, value in outcome.diagnostics.items():  # an algorithm's own per-round figures
             self.recorder.add("diagnostics", step=t, name=name, value=float(value))
         self.round = t + 1
         if self.clock is not None:
             self.clock.end_round()
-        info: dict[str, Any] = {"round": self.round, "headline": None, "trained": diag.get("trained")}
+        info: dict[str, Any] = {"round": self.round, "headline": None, "trained": outcome.trained}
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
             info["headline"] = self.evaluate()
         self.maybe_checkpoint()
@@ -235,13 +249,18 @@ class RoundCoordinator(CoordinatorBase):
         return info
 
     def _record_weights(self, step: int) -> None:
-        """The importance weights estimated at the start of round ``step``."""
-        weights = self.algorithm.weights(self.state)
+        """The importance weights estimated at the start of round ``step`` (none without ``weights``)."""
+        weights = self._weights()
         if weights is None:
             return
         for k in range(weights.shape[0]):
             for c in range(weights.shape[1]):
                 self.recorder.add("weights", step=step, client=k, center=c, estimate=float(weights[k, c]))
+
+    def _weights(self) -> np.ndarray | None:
+        """The algorithm's ``weights(state)``, or None when it has no ``weights``."""
+        weights = getattr(self.algorithm, "weights", None)
+        return None if weights is None else weights(self.state)
 
     # ------------------------------------------------------------------ the end
     def _record_assignments(self, predicted: np.ndarray) -> dict[str, Any]:
@@ -258,7 +277,7 @@ class RoundCoordinator(CoordinatorBase):
         if self.center_scores is None:
             self.evaluate()
         assert self.center_scores is not None
-        weights = self.algorithm.weights(self.state)
+        weights = self._weights()
         out = summarize(self.center_scores, self.metric, self.local_means, weights, self.fed.realized_shares())
         assign = getattr(self.algorithm, "assignment", None)
         if assign is not None:

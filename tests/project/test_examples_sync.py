@@ -188,22 +188,23 @@ def test_cfl_round_splits_then_each_half_adds_its_mean_update():
     algo = cfl.CFL(cfl.CFLConfig(name="cfl:CFL", clients_per_round=4, warmup=0))
     state = cfl.CFLState(torch.tensor([[0.5, 0.5]]), np.zeros(4, dtype=np.int64))
     updates = {k: torch.tensor(u, dtype=torch.float32) for k, u in enumerate(UPDATES)}
-    new, diag = _drive(algo, state, updates, [1, 1, 1, 3])
+    out = _drive(algo, state, updates, [1, 1, 1, 3])
+    new = out.state
     # mean norm sqrt2/4 < 0.4, max norm 2 > 1.6, 4 members, round 1 > 0: split into {0,1}, {2,3};
     # each half: (0.5, 0.5) + the mean of its members' updates
     torch.testing.assert_close(new.models, torch.tensor([[1.5, 1.0], [0.0, -0.5]]))
     np.testing.assert_array_equal(new.labels, [0, 0, 1, 1])
-    d = diag["diagnostics"]
+    d = out.diagnostics
     assert d["num_clusters"] == 2 and d["max_cross_similarity[0]"] == pytest.approx(0.0, abs=1e-7)
     assert d["mean_norm[0]"] == pytest.approx(np.sqrt(2) / 4) and d["max_norm[0]"] == pytest.approx(2.0)
-    assert diag["weights_updated"]
+    assert out.weights_updated and out.trained == 4
     np.testing.assert_array_equal(algo.weights(new), [[1, 0], [1, 0], [0, 1], [0, 1]])
     # weighted by n = (1, 1, 1, 3): the mean norm sqrt26/6 = 0.85 is not below eps1: no split,
     # the model moves by the weighted mean update (1, -5)/6
     algo = cfl.CFL(cfl.CFLConfig(name="cfl:CFL", clients_per_round=4, warmup=0, weighting="samples"))
-    new, diag = _drive(algo, state, updates, [1, 1, 1, 3])
-    torch.testing.assert_close(new.models, torch.tensor([[0.5 + 1 / 6, 0.5 - 5 / 6]]))
-    assert diag["diagnostics"]["num_clusters"] == 1 and "max_cross_similarity[0]" not in diag["diagnostics"]
+    out = _drive(algo, state, updates, [1, 1, 1, 3])
+    torch.testing.assert_close(out.state.models, torch.tensor([[0.5 + 1 / 6, 0.5 - 5 / 6]]))
+    assert out.diagnostics["num_clusters"] == 1 and "max_cross_similarity[0]" not in out.diagnostics
 
 
 def test_cfl_does_not_split_a_cluster_some_of_whose_members_sat_out():
@@ -217,9 +218,9 @@ def test_cfl_does_not_split_a_cluster_some_of_whose_members_sat_out():
     assert len(call.clients) == 4
     with pytest.raises(StopIteration) as stop:
         gen.send({k: torch.tensor(u, dtype=torch.float32) for k, u in zip(call.clients, UPDATES)})
-    new, diag = stop.value.value
-    torch.testing.assert_close(new.models, torch.tensor([[0.75, 0.25]]))
-    assert diag["diagnostics"]["num_clusters"] == 1 and not diag["weights_updated"]
+    out = stop.value.value
+    torch.testing.assert_close(out.state.models, torch.tensor([[0.75, 0.25]]))
+    assert out.diagnostics["num_clusters"] == 1 and not out.weights_updated
 
 
 def test_cfl_takes_every_client_each_round_by_default():

@@ -1,0 +1,83 @@
+"""The protocols of the plug-ins that are not algorithms: a dataset, a model factory and a
+callback (the algorithms' are :class:`raysoft.algorithms.base.Algorithm` and the stream
+template :class:`raysoft.algorithms.stream.StreamAlgorithm`). They are the types the engine
+takes, exported from :mod:`raysoft.sdk`, so that mypy checks a plug-in against them::
+
+    _: type[Dataset] = NpzClients
+    _: ModelFactory[MLPSettings] = MLP
+    _: type[CallbackHooks] = EarlyStop
+
+Light: nothing but the standard library is imported here at run time (the annotations name
+torch, numpy and pandas types for the type checker only). :class:`DataInfo`, what a model
+knows of the data, lives here too: the model protocol names it, and it is part of the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+    import pandas as pd
+    import torch
+    from torch import nn
+
+    from .config import ModelConfig
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What a model needs to know about the data."""
+
+    input_dim: int
+    num_outputs: int  # 1 for regression, #classes for classification
+    task: str  # "regression" or "classification"
+    input_shape: tuple[int, ...] = ()  # (C, H, W) for images
+
+
+S_contra = TypeVar("S_contra", bound="ModelConfig", contravariant=True)
+
+
+class Dataset(Protocol):
+    """A dataset plug-in, made as ``Dataset(settings, seed)`` (``settings``: the ``data``
+    section). Required: ``info``, ``client`` and ``holdout``; optional, read when present:
+    ``client_sizes(num_clients, rng)``, ``client_mixtures(num_clients, distributions, rng)``,
+    ``set_layout(sizes, mixtures)`` and the classmethod ``verify(settings)``."""
+
+    @property
+    def info(self) -> DataInfo:
+        """The data's shape: ``input_dim``, ``num_outputs``, ``task``, ``input_shape``."""
+        ...
+
+    def client(self, k: int, n: int, shares: np.ndarray, /) -> tuple[Any, ...]:
+        """Client k's ``(x, y, components[, test_x, test_y])``: ``n`` samples whose true
+        distributions are drawn in ``shares``; ``components`` is each sample's distribution."""
+        ...
+
+    def holdout(self, dist: int, /) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distribution ``dist``'s holdout set ``(x, y)``, on which the centers are scored."""
+        ...
+
+
+class ModelFactory(Protocol[S_contra]):
+    """A model plug-in: ``factory(settings, info, generator) -> torch.nn.Module`` (a class whose
+    constructor takes these is one). ``settings`` is the ``model`` section (its ``Settings``),
+    every weight is drawn from ``generator``."""
+
+    def __call__(self, settings: S_contra, info: DataInfo, generator: torch.Generator, /) -> nn.Module: ...
+
+
+class CallbackHooks(Protocol):
+    """A callback plug-in, made as ``Callback(settings, run)``; :class:`raysoft.callbacks.Callback`
+    is a base with both hooks doing nothing."""
+
+    def on_rows(self, rows: pd.DataFrame, /) -> bool | None:
+        """The ``metrics.parquet`` rows recorded since the last call; True stops the run."""
+        ...
+
+    def on_end(self, summary: dict[str, Any], run_dir: Path, /) -> None:
+        """Called once the run's files are written."""
+        ...

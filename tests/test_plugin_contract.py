@@ -1,0 +1,140 @@
+"""The typed plug-in contract of raysoft.sdk: an algorithm with neither ``centers`` nor
+``weights`` runs (no center rows, no weight records), ``round`` returns a ``RoundResult`` (or
+the earlier ``(state, dict)`` pair), ``evaluate`` an ``EvalResult`` whose ``extra`` reaches
+``absorb_eval`` (or the earlier dict whose ``_`` keys are not metrics), a round that returns
+anything else stops the run in one line, and the sdk exports the protocols."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from support.configs import small_config
+
+import raysoft
+from raysoft.algorithms.base import EvalResult, RoundResult, as_round_result, eval_metrics
+from raysoft.errors import PluginFailure
+from raysoft.plugins import clear_cache
+
+# FedAvg without centers or weights: every client's model is scored on its own data only.
+# FORM picks how round and evaluate answer: "typed" (RoundResult, EvalResult) or "legacy".
+MINIMAL = '''
+import torch
+
+from raysoft.sdk import (AlgorithmConfig, ClientCall, Configured, EvalResult, RoundResult, WeightedMean,
+                         evaluate_vector, get_flat, numpy_rng, scratch_optimizer, train_from, uniform_selection)
+
+FORM = {form!r}
+
+
+class MinimalConfig(AlgorithmConfig):
+    pass
+
+
+def _train(ctx, opt, payload, t):
+    return opt, train_from(ctx, opt, payload["model"], t)
+
+
+def _evaluate(ctx, opt, payload, t):
+    metrics = evaluate_vector(ctx, payload["model"])
+    if FORM == "typed":
+        return opt, EvalResult(metrics, extra=10 * ctx.client)
+    return opt, {{**metrics, "_seen": 10 * ctx.client}}
+
+
+class Minimal(Configured[MinimalConfig]):
+    Settings = MinimalConfig
+    client_ops = {{"train": _train, "evaluate": _evaluate}}
+
+    def init_server(self, ctx):
+        return {{"model": get_flat(ctx.new_model("center", 0)), "seen": {{}}}}
+
+    def init_client(self, ctx):
+        return scratch_optimizer(ctx)
+
+    def round(self, ctx, state, t):
+        chosen = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
+                                   numpy_rng(ctx.cfg.seed, "select", t))
+        res = yield ClientCall("train", chosen, {{"model": state["model"]}}, reduce=WeightedMean(ctx.sizes))
+        new = {{**state, "model": res.value}}
+        step = float(torch.linalg.vector_norm(res.value - state["model"]))
+        if FORM == "typed":
+            return RoundResult(new, {{"step_norm": step}}, weights_updated=True, trained=len(res.clients))
+        if FORM == "legacy":
+            return new, {{"trained": len(res.clients), "weights_updated": True, "diagnostics": {{"step_norm": step}}}}
+        return new  # neither form: the run stops
+
+    def absorb_eval(self, state, results):
+        if FORM == "typed":
+            assert all(isinstance(r, EvalResult) for r in results.values())
+            seen = {{k: r.extra for k, r in results.items()}}
+        else:
+            seen = {{k: r["_seen"] for k, r in results.items()}}
+        assert seen == {{k: 10 * k for k in results}}
+        return {{**state, "seen": seen}}
+
+    def eval_payload(self, state):
+        return {{"model": state["model"]}}
+'''
+
+
+@pytest.fixture
+def plugdir(tmp_path, monkeypatch):
+    d = tmp_path / "plug"
+    d.mkdir()
+    monkeypatch.chdir(d)
+    clear_cache()
+    yield d
+    clear_cache()
+
+
+@pytest.mark.parametrize("form", ["typed", "legacy"])
+def test_an_algorithm_without_centers_or_weights_runs(plugdir, tmp_path, form):
+    module = f"minimal_{form}"
+    (plugdir / f"{module}.py").write_text(MINIMAL.format(form=form))
+    run = raysoft.run(small_config(algorithm={"name": f"{module}:Minimal", "rounds": 3, "eval_every": 1}),
+                      out=tmp_path / "out")
+    metrics = pd.read_parquet(run.run_dir / "metrics.parquet")
+    assert set(metrics.scope) == {"client"}  # no center was scored on a holdout set
+    assert not any(m.startswith("_") for m in metrics.metric)  # an extra is not a metric
+    assert sorted(metrics.step.unique()) == [0, 1, 2, 3] and len(metrics.entity.unique()) == 10
+    assert pd.read_parquet(run.run_dir / "weights.parquet").empty  # weights_updated, but no weights
+    diag = pd.read_parquet(run.run_dir / "diagnostics.parquet")
+    assert list(diag.step) == [0, 1, 2] and set(diag.name) == {"step_norm"} and (diag.value > 0).all()
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["local_mean"]["mse"] > 0 and "distributions" not in summary and "weight_mae" not in summary
+
+
+def test_a_round_returning_neither_form_is_one_line(plugdir, tmp_path):
+    (plugdir / "minimal_bad.py").write_text(MINIMAL.format(form="bad"))
+    with pytest.raises(PluginFailure) as err:
+        raysoft.run(small_config(algorithm={"name": "minimal_bad:Minimal"}), out=tmp_path / "out")
+    assert str(err.value) == ("algorithm 'minimal_bad:Minimal': its round 0 returned dict, not a RoundResult(state, "
+                              "diagnostics, weights_updated) or a (state, diagnostics dict) pair")
+
+
+def test_the_earlier_round_and_evaluate_forms_are_read_as_the_typed_ones():
+    old = as_round_result(("s", {"trained": 3, "weights_updated": True, "diagnostics": {"x": 1.0}, "other": 2}))
+    assert old == RoundResult("s", {"x": 1.0}, weights_updated=True, trained=3)
+    assert as_round_result(("s", {})) == RoundResult("s")
+    typed = RoundResult("s", trained=1)
+    assert as_round_result(typed) is typed
+    with pytest.raises(TypeError, match="returned a tuple of 3, not a RoundResult"):
+        as_round_result(("s", {}, 1))
+    assert eval_metrics({"mse": 1.0, "_center": 2}) == {"mse": 1.0}
+    assert eval_metrics(EvalResult({"mse": 1.0, "_kept": 2.0}, extra=2)) == {"mse": 1.0, "_kept": 2.0}
+    with pytest.raises(TypeError, match="not an EvalResult or a dict of metrics"):
+        eval_metrics(3.0)
+
+
+def test_the_sdk_exports_the_protocols_and_what_the_walkthrough_uses():
+    import raysoft.sdk as sdk
+
+    for name in ("Algorithm", "Clustered", "StreamAlgorithm", "Dataset", "ModelFactory", "CallbackHooks",
+                 "RoundResult", "EvalResult", "ClientOp", "proximal_pull", "ClientContext", "train_from"):
+        assert name in sdk.__all__ and getattr(sdk, name) is not None
+    anchor = __import__("torch").ones(3)
+    assert sdk.proximal_pull(0.0, anchor) == {}
+    pull = sdk.proximal_pull(0.5, anchor)
+    assert pull["pull_scale"] == 0.5 and pull["pull_target"].tolist() == [0.5, 0.5, 0.5]
