@@ -133,7 +133,9 @@ def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
     own = tree_memory_mb(os.getpid())  # this process alone: no children now
     with PeakSampler(os.getpid()) as sampler:  # this process plus the peer's tree
         peer = run()
-    sampler.peak, sampler.peak_pss = sampler.peak - own[0], sampler.peak_pss - own[1]
+    # the peer's tree: the peak less this process. Never below 0: this process's PSS share of
+    # pages it shares with others (torch's libraries) falls when another process maps them too
+    sampler.peak, sampler.peak_pss = max(0.0, sampler.peak - own[0]), max(0.0, sampler.peak_pss - own[1])
     times = peer["sec_per_round"]
     if system == "flower":
         quality, metric, updates = peer["accuracy"], "accuracy", [peer["clients_per_round"]] * len(times)
