@@ -10,20 +10,32 @@ everything; ``-m slow`` runs only the slow ones.
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
+
+# No Ray call starts a Ray by itself (Ray's auto-connect, with its defaults: the workers' logs
+# printed here): a test that needs Ray says so (ray_session) or starts one through raysoft. Set
+# before anything imports ray, which reads it once.
+os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
 
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray instance (2 CPUs, token auth on, no dashboard) shared by every Ray test."""
+    """One local Ray instance (2 CPUs, token auth on, no dashboard, no workers' logs here) shared
+    by every Ray test. A Ray that something else left running is stopped first: its settings
+    (a test's own, or Ray's defaults) would otherwise hold for every test after it."""
     import ray
 
+    if ray.is_initialized() and not getattr(ray_session, "ours", False):
+        ray.shutdown()
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING)  # a Ray of its own, never another one on the machine
+        ray_session.ours = True  # type: ignore[attr-defined]
     yield ray
     ray.shutdown()
+    ray_session.ours = False  # type: ignore[attr-defined]
 
 
 def pytest_collection_modifyitems(config, items):

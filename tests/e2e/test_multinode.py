@@ -166,7 +166,7 @@ def test_ray_job_submitted_to_a_local_head_completes(tmp_path):
         # a job that fails says why, in one line: Ray's status message and the job's last log line
         proc = subprocess.run(
             [sys.executable, str(ROOT / "jobs" / "submit.py"), "--address", "http://127.0.0.1:8312", "--",
-             "python", "-c", "'print(\"the last words\"); raise SystemExit(3)'"],
+             "python", "-c", 'print("the last words"); raise SystemExit(3)'],  # the words a shell passes
             env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         last = proc.stderr.strip().splitlines()[-1]
         assert proc.returncode == 1 and last.startswith("job raysubmit_") and ": FAILED: " in last, proc.stderr

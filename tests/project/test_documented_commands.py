@@ -152,7 +152,7 @@ def _small(doc: str, command: str) -> list[str]:
 def _fresh_env() -> dict[str, str]:
     """A new shell's environment: the venv's bin first on PATH, none of the variables that other
     tests of this session set for themselves (token authentication as Ray's default leaves it)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ENABLE_AUTO_CONNECT")}
     return {**env, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
@@ -261,7 +261,9 @@ def test_the_local_cluster_block_runs_as_written(tmp_path):
                                                 ["RAY_AUTH_MODE=token", ".venv/bin/ray"]], others
     work = _checkout_like(tmp_path)
     start, runs, stop = block[0], [*block[1:-1], *others], block[-1]
-    subprocess.run(["bash", "-c", start], cwd=work, env=_fresh_env(), check=True, timeout=300, capture_output=True)
+    started = subprocess.run(["bash", "-c", start], cwd=work, env=_fresh_env(), timeout=300, capture_output=True,
+                             text=True)
+    assert started.returncode == 0, f"{start}\n{started.stdout[-1500:]}\n{started.stderr[-3000:]}"
     try:
         for command in runs:
             before = set((work / "runs").glob("*")) if (work / "runs").is_dir() else set()
