@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .config import DataConfig, ModelConfig
-from .config.data import BuiltinPartition
+from .config.data import PARTITION_HELP, BuiltinPartition
 
 
 # --------------------------------------------------------------------------- models
@@ -73,8 +73,7 @@ class SyntheticData(DataConfig):
 
     implementation: ClassVar[str | None] = "raysoft.data.synthetic:SyntheticRegression"
 
-    partition: BuiltinPartition = Field("10:90", description="how the clients' true mixtures are drawn: 10:90, "
-                                        "30:70, linear (these three need S = 2), random or clusters")
+    partition: BuiltinPartition = Field("10:90", description=PARTITION_HELP)
     dim: int = Field(10, ge=1, description="input dimension d")
     theta_std: float = Field(10.0, gt=0.0, description="sigma_0 of theta_s (paper 10; reference code sqrt(10))")
     noise_std: float = Field(1.0, ge=0.0, description="std of epsilon")
@@ -87,9 +86,7 @@ class FPFCSyntheticData(DataConfig):
 
     implementation: ClassVar[str | None] = "raysoft.data.fpfc_synthetic:FPFCSynthetic"
 
-    partition: BuiltinPartition = Field("clusters", description="how the clients' true mixtures are drawn: "
-                                        "clusters (client i wholly in distribution i*S//N), random, or 10:90, "
-                                        "30:70, linear (these three need S = 2)")
+    partition: BuiltinPartition = Field("clusters", description=PARTITION_HELP)
     dim: int = Field(60, ge=1, description="input dimension")
     classes: int = Field(10, ge=2, description="number of classes")
     noise_std: float = Field(0.5, ge=0.0, description="std of the logit noise (generator fpfc)")
@@ -109,8 +106,7 @@ class ImageData(DataConfig):
 
     implementation: ClassVar[str | None] = "raysoft.data.image_mixture:ImageMixture"
 
-    partition: BuiltinPartition = Field("10:90", description="how the clients' true mixtures are drawn: 10:90, "
-                                        "30:70, linear (these three need S = 2), random or clusters")
+    partition: BuiltinPartition = Field("10:90", description=PARTITION_HELP)
     root: str | None = Field(
         None, description="folder of the files; default $RAYSOFT_DATA, else /usr/share/datasets/fashion-mnist "
         "for fmnist"

@@ -290,6 +290,15 @@ def settings_class(kind: str, name: str) -> type[BaseModel]:
     return getattr(resolve(kind, name), "Settings", BASES[kind])
 
 
+def settings_keys(kind: str, name: str) -> set[str]:
+    """The keys of the plug-in ``name``'s settings (:func:`settings_class`); empty when it cannot
+    be read (it says why where a config names it)."""
+    try:
+        return set(settings_class(kind, name).model_fields)
+    except (ConfigError, ValueError):
+        return set()
+
+
 def state_types() -> list[type]:
     """The classes a checkpoint may hold for the plug-ins this process has resolved, beyond
     raysoft's own: each one's ``state_types`` and every class its module defines."""

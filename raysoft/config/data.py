@@ -12,11 +12,15 @@ from pydantic import Field, field_validator, model_validator
 
 from .section import Section
 
-PARTITIONS = ("10:90", "30:70", "linear", "random", "clusters")
+BuiltinPartition = Literal["10:90", "30:70", "linear", "random", "clusters"]
+"""``partition``'s annotation in the built-in datasets' settings."""
+
+PARTITIONS: tuple[str, ...] = typing.get_args(BuiltinPartition)
 """The partitions the engine draws the clients' mixtures from (``raysoft.data.partition``)."""
 
-BuiltinPartition = Literal["10:90", "30:70", "linear", "random", "clusters"]
-"""``partition``'s annotation in the built-in datasets' settings (a Literal of :data:`PARTITIONS`)."""
+PARTITION_HELP = ("how the clients' true mixtures are drawn: 10:90, 30:70, linear (these three need S = 2), "
+                  "random or clusters (client i wholly in distribution i*S//N)")
+"""``partition``'s description, in the base and in the built-in datasets' settings."""
 
 TWO_DISTRIBUTIONS = ("10:90", "30:70", "linear")
 """The partitions that need exactly two distributions."""
@@ -36,8 +40,7 @@ class DataConfig(Section):
     clients: int = Field(100, ge=1, description="N")
     distributions: int = Field(2, ge=1, description="S, the number of cluster distributions")
     partition: str = Field(
-        "10:90", description="how the clients' true mixtures are drawn: 10:90, 30:70, linear (these three need S = 2), "
-        "random or clusters (client i wholly in distribution i*S//N); a dataset may have partitions of its own"
+        "10:90", description=f"{PARTITION_HELP}; a dataset may have partitions of its own"
     )
     samples_min: int = Field(100, ge=1)
     samples_max: int = Field(200, ge=1)

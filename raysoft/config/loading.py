@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import ConfigError
-from ..plugins import registered, settings_class
+from ..plugins import registered, settings_keys
 from .experiment import DISPATCHED, Config
 from .overrides import apply_overrides
 from .regimes import apply_regime
@@ -33,15 +33,8 @@ def parse_config(raw: Mapping[str, Any] | None) -> Config:
         raise ConfigError(_owners_hint(format_error(err).replace("\n", " "))) from None
 
 
-def _keys(kind: str, name: str) -> set[str]:
-    try:
-        return set(settings_class(kind, name).model_fields)
-    except (ConfigError, ValueError):  # a plug-in that cannot be read says so when it is named
-        return set()
-
-
 _UNKNOWN_KEY = re.compile(rf"^(algorithm|data|model)\.(\w+): {UNKNOWN_KEY}")
-KINDS = {"algorithm": "algorithms", "data": "datasets", "model": "models"}
+KINDS = {section: kind for section, (kind, _) in DISPATCHED.items()}
 """section -> the kind of plug-in its ``name`` names."""
 
 
@@ -54,7 +47,7 @@ def _owners_hint(line: str) -> str:
         return line
     section, key = found.groups()
     kind = KINDS[section]
-    owners = sorted({name for name in registered(kind) if key in _keys(kind, name)})
+    owners = sorted({name for name in registered(kind) if key in settings_keys(kind, name)})
     if not owners:
         return line
     if section == "algorithm":
@@ -86,7 +79,7 @@ def load_saved_config(path: str | Path) -> Config:
         name = given.get("name", DISPATCHED[section][1]) if isinstance(given, Mapping) else None
         if not isinstance(given, Mapping) or not isinstance(name, str):
             continue
-        own = _keys(KINDS[section], name)
+        own = settings_keys(KINDS[section], name)
         if own:
             raw[section] = {k: v for k, v in given.items() if k in own or k not in keys}
     return parse_config(raw)

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from ..plugins import settings_class
+from ..plugins import settings_keys
 from .experiment import DISPATCHED, Config
 from .section import nearest
 from .yamlio import load_yaml
@@ -37,9 +37,8 @@ def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]
     out when ``new`` cannot be read: validation names it."""
     if not isinstance(new, str) or new == old:
         return []
-    try:
-        fields = settings_class(kind, new).model_fields
-    except (ConfigError, ValueError):
+    fields = settings_keys(kind, new)
+    if not fields:
         return []
     dropped = [k for k in section if k != "name" and k not in fields]
     for k in dropped:
