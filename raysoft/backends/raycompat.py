@@ -1,6 +1,6 @@
 """Ray's private APIs that raysoft uses, all in this module, each with its fallback.
 
-Ray's public API has no way to do these five things, so raysoft reaches into ``ray._private``
+Ray's public API has no way to do these six things, so raysoft reaches into ``ray._private``
 here and nowhere else (``tests/backends/test_raycompat.py`` scans the package for any other
 use). Another Ray release may move or drop any of them; each function then falls back as it
 says, and none lets an ``ImportError`` or ``AttributeError`` of Ray's internals reach the user:
