@@ -12,9 +12,11 @@
 #   0. the bundle's install (.device/install.sh, offline) and env.sh, where there is a bundle
 #   1. nvidia-smi -L and torch's view of CUDA
 #   2. the bench's GPU tests: pytest -m gpu tests/bench (they skip without CUDA)
-#   3. W2 on the GPU: raysoft on 0.125-GPU actors, the bare loop, the floor (Flower: --flower)
-#   4. W5 (FedAvg, N = 10,000) on the GPU
-#   5. W1 and W4 (FedSoft and FedAvg at N = 1,000) if the budget leaves 150 s
+#   3. W2 on the GPU: raysoft on one actor with the whole GPU (its 60 clients a round in one
+#      vectorised step: train.gpu_rows 64), the bare loop, the floor (Flower: --flower)
+#   4. W5 (FedAvg, N = 10,000) on the GPU, on one actor
+#   5. W2 with raysoft on 0.125-GPU actors (GPU_BENCH_SHARE: 8 actors, gpu_rows 8)
+#   6. W1 and W4 (FedSoft and FedAvg at N = 1,000) if the budget leaves 150 s
 # Every bench passes --timeout (what the budget leaves) so that it stops its own measurement;
 # bench.md and bench.parquet are written after every row, so a stopped bench keeps its rows.
 # Back in $OUT: summary.txt (read first: every bench.md is in it), log.txt, benches.tgz.
@@ -58,14 +60,15 @@ step() {
   return 0
 }
 
-# bench NAME WORKLOADS MAX: raysoft bench on WORKLOADS into $WORK/NAME, its table into the summary
+# bench NAME WORKLOADS MAX [SHARE]: raysoft bench on WORKLOADS (raysoft's actors on SHARE of the
+# GPU each, default $SHARE) into $WORK/NAME, its table into the summary
 bench() {
-  local name=$1 workloads=$2 max=$3 t
+  local name=$1 workloads=$2 max=$3 share=${4:-$SHARE} t
   t=$(left)
   [ "$max" -lt "$t" ] && t=$max
-  step "$name" "$max" "$PY" -m raysoft bench --device "$DEVICE" --gpu-share "$SHARE" --workload "$workloads" \
+  step "$name" "$max" "$PY" -m raysoft bench --device "$DEVICE" --gpu-share "$share" --workload "$workloads" \
     --flower "$FLOWER" --pfl skip --timeout $(( t > 60 ? t - 30 : 30 )) --out "$WORK/$name" "${QUICK[@]}"
-  say "$name ($workloads, --device $DEVICE, share $SHARE): rc=$RC"
+  say "$name ($workloads, --device $DEVICE, share $share): rc=$RC"
   grep -h "s/round\|left out\|raysoft bench:" "$WORK/$name.txt" | sed 's/^/  /' >> "$SUM"
   [ -f "$WORK/$name/bench.md" ] && sed 's/^/  /' "$WORK/$name/bench.md" >> "$SUM"
   [ "$RC" != 0 ] && tail -n 5 "$WORK/$name.txt" | sed 's/^/  | /' >> "$SUM"
@@ -100,9 +103,10 @@ if [ "${GPU_BENCH_TESTS:-1}" = 1 ]; then
   [ "$RC" != 0 ] && grep -E "^(FAILED|ERROR)|Error" "$WORK/gpu_tests.txt" | head -8 | sed 's/^/  | /' >> "$SUM"
 fi
 
-# 3-5. the benches
-bench bench_w2 W2 200
-bench bench_w5 W5 200
+# 3-6. the benches
+bench bench_w2 W2 200 1
+bench bench_w5 W5 200 1
+bench bench_w2_shared W2 150
 if [ "$(left)" -ge 150 ]; then bench bench_w1_w4 W1,W4 "$(left)"; else say "W1, W4: SKIPPED ($(left) s left)"; fi
 
 ( cd "$WORK" && tar -czf "$OUT/benches.tgz" bench_* ) > /dev/null 2>&1 || true

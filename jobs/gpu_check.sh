@@ -84,8 +84,9 @@ for r in rows:
         print(f"  {r['test']:10s} {r['case']:14s} {r['share']} GPU x {r['clients_per_actor']} clients: identical")
 EOF
 
-# 2. the benchmark on the GPU with what the budget leaves: W2 (its target: a round in 0.10 s), W5,
-#    then W1 and W4 (jobs/gpu_bench.sh; its summary in $OUT/bench/summary.txt, copied below)
+# 2. the benchmark on the GPU with what the budget leaves: W2 (its target: a round in 0.10 s) on
+#    a whole GPU, W5, W2 on 0.125 shares, then W1 and W4 (jobs/gpu_bench.sh; its summary in
+#    $OUT/bench/summary.txt, copied below)
 if [ "$(left)" -ge 60 ]; then
   GPU_BENCH_TESTS=0 GPU_BENCH_BUDGET_S=$(left) OUT=$OUT/bench bash jobs/gpu_bench.sh >> "$OUT/log.txt" 2>&1
   say "bench: rc=$?"

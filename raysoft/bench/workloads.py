@@ -29,10 +29,21 @@ def on_gpu(raw: dict[str, Any], share: float = DEFAULT_GPU_SHARE) -> dict[str, A
     """A workload's config for ``--device cuda``: its client actors on ``share`` of one GPU
     each (``ray.num_gpus_per_actor``; an actor with a GPU share trains on it), one CPU each, as
     many as the GPU holds (:func:`gpu_actors`; a local Ray of that many CPUs, so that the GPU
-    and not the CPU count bounds the pool)."""
+    and not the CPU count bounds the pool), and ``train.gpu_rows`` the clients an actor trains a
+    round (:func:`gpu_rows`), so that one chunk of the vectorised step holds them all."""
     actors = gpu_actors(share)
+    rows = gpu_rows(int(raw.get("algorithm", {}).get("clients_per_round", 8)), actors)
     return {**raw, "ray": {**raw.get("ray", {}), "num_gpus_per_actor": share, "num_cpus_per_actor": 1,
-                           "num_cpus": actors}}
+                           "num_cpus": actors}, "train": {**raw.get("train", {}), "gpu_rows": rows}}
+
+
+def gpu_rows(clients_per_round: int, actors: int) -> int:
+    """The bench's ``train.gpu_rows`` on a GPU: the clients one of ``actors`` actors trains a
+    round when a round's clients spread evenly, rounded up to a multiple of 8 (W2 at 8 actors: 8;
+    on one actor: 64). A setting of the bench's runs, chosen from their packing: a run compared
+    across packings keeps one value (docs/running.md#on-gpus)."""
+    per_actor = math.ceil(clients_per_round / actors)
+    return 8 * max(1, math.ceil(per_actor / 8))
 
 
 def variants(name: str) -> list[str]:

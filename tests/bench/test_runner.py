@@ -15,7 +15,7 @@ from support.paths import ROOT
 from raysoft.bench import COLUMNS, WORKLOADS, markdown, round_stats, tree_memory_mb, workload_config
 from raysoft.bench.bare import timed_window
 from raysoft.bench.runner import check_device, peer_skip, row
-from raysoft.bench.workloads import gpu_actors, on_gpu, variants
+from raysoft.bench.workloads import gpu_actors, gpu_rows, on_gpu, variants
 from raysoft.cli import main as cli_main
 from raysoft.config import ConfigError, parse_config
 
@@ -71,7 +71,16 @@ def test_on_the_gpu_raysofts_actors_share_it(share, actors):
         cfg = parse_config(on_gpu(raw, share))
         assert (cfg.ray.num_gpus_per_actor, cfg.ray.num_cpus_per_actor, cfg.ray.num_cpus) == (share, 1.0, actors)
         assert raw.get("ray", {}).get("num_gpus_per_actor") is None  # the CPU config is left as it was
+        assert "gpu_rows" not in raw["train"]
     assert parse_config(on_gpu(workload_config("W4:fedsoft", 3))).ray.client_state == "disk"
+    w2 = parse_config(on_gpu(workload_config("W2", 3), share))  # 60 clients a round over the actors
+    assert w2.train.gpu_rows == {8: 8, 4: 16, 3: 24, 2: 32, 1: 64}[actors]
+
+
+@pytest.mark.parametrize("clients, actors, rows", [(60, 8, 8), (60, 1, 64), (100, 1, 104), (100, 8, 16),
+                                                    (6, 8, 8), (1, 1, 8), (65, 1, 72)])
+def test_the_benchs_gpu_rows_hold_an_actors_clients_in_multiples_of_8(clients, actors, rows):
+    assert gpu_rows(clients, actors) == rows
 
 
 @pytest.mark.parametrize("share", [0.0, -0.1, 1.5, float("nan")])
