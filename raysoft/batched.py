@@ -414,11 +414,10 @@ class _LockstepOptimizer:
         (``stepping``: every row computed, only those True [rows, 1] updated)."""
         o0, wa = self.o0, w[a]
         ga = g + o0.weight_decay * wa if o0.weight_decay else g
-        if stepping is not None:
-            adam = self.adam
-            _masked_step(w, self.m if adam else None, self.v if adam else None, None if adam else self.buf, ga,
-                         stepping, o0, self.lr_all[epoch, j] if adam else None,
-                         self.bc2_sqrt_all[epoch, j] if adam else None)
+        if stepping is not None and self.adam:
+            _masked_adam(w, self.m, self.v, ga, stepping, o0, self.lr_all[epoch, j], self.bc2_sqrt_all[epoch, j])
+        elif stepping is not None:
+            _masked_sgd(w, self.buf, ga, stepping, o0)
         elif self.adam:
             b1, b2 = o0.betas
             ma = self.m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
@@ -441,18 +440,21 @@ class _LockstepOptimizer:
             _unstack_state(self.opts, self.buf, "buffers", shapes)
 
 
-def _masked_step(w: torch.Tensor, m: torch.Tensor | None, v: torch.Tensor | None, buf: torch.Tensor | None,
-                 g: torch.Tensor, step: torch.Tensor, o0: Any, lr: torch.Tensor | None,
-                 bc2_sqrt: torch.Tensor | None) -> None:
-    """One optimizer step of every row, in place, kept only where ``step`` ([rows, 1]) is True:
-    the other rows' parameters and moments stay as they were (the same operations as the
-    unmasked step, so a row that steps gets the same numbers)."""
-    if m is not None and v is not None and lr is not None and bc2_sqrt is not None:
-        m.copy_(torch.where(step, m.lerp(g, 1 - o0.betas[0]), m))
-        v.copy_(torch.where(step, (v * o0.betas[1]).addcmul_(g, g, value=1 - o0.betas[1]), v))
-        w.copy_(torch.where(step, w - lr * m / ((v.sqrt() / bc2_sqrt) + o0.eps), w))
-        return
-    if o0.momentum and buf is not None:
+def _masked_adam(w: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, step: torch.Tensor, o0: Any,
+                 lr: torch.Tensor, bc2_sqrt: torch.Tensor) -> None:
+    """One Adam step of every row, in place, kept only where ``step`` ([rows, 1]) is True: the
+    other rows' parameters and moments stay as they were (the same operations as the unmasked
+    step, so a row that steps gets the same numbers). ``lr``: each row's lr / bias correction 1;
+    ``bc2_sqrt``: the square root of its bias correction 2."""
+    m.copy_(torch.where(step, m.lerp(g, 1 - o0.betas[0]), m))
+    v.copy_(torch.where(step, (v * o0.betas[1]).addcmul_(g, g, value=1 - o0.betas[1]), v))
+    w.copy_(torch.where(step, w - lr * m / ((v.sqrt() / bc2_sqrt) + o0.eps), w))
+
+
+def _masked_sgd(w: torch.Tensor, buf: torch.Tensor, g: torch.Tensor, step: torch.Tensor, o0: Any) -> None:
+    """One SGD step (with momentum where ``o0`` has it, its buffer ``buf``) of every row, in
+    place, kept only where ``step`` ([rows, 1]) is True, as :func:`_masked_adam`."""
+    if o0.momentum:
         buf.copy_(torch.where(step, buf * o0.momentum + g, buf))
         g = buf
     w.copy_(torch.where(step, w - o0.lr * g, w))

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
+from .tree import map_leaves
 
 # cuBLAS needs a fixed workspace for deterministic results; read when CUDA first starts
 CUBLAS_WORKSPACE = ":4096:8"
@@ -40,6 +41,13 @@ def to_numpy(value: Any) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value)
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    """``obj`` (a tensor, or dicts, lists, tuples and dataclasses of them: a payload, a result,
+    a client's data) with every tensor on ``device``; containers whose tensors are all there
+    already are returned as they are (:func:`~raysoft.tree.map_leaves`), not copied."""
+    return map_leaves(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, obj)
 
 
 def choose(spec: str, gpu_share: bool | None = None) -> torch.device:

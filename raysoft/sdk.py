@@ -43,7 +43,7 @@ from .algorithms.stream import StreamAlgorithm, StreamClient, StreamConfig, ValS
 from .callbacks import Callback, RunInfo
 from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, Sections, TrainConfig
 from .data import ClientData
-from .devices import device_slips, to_numpy
+from .devices import device_slips, to_device, to_numpy
 from .errors import ConfigError, RaysoftError, Refusal, RunFailure
 from .models import DataInfo
 from .optim import SGD, Adam
@@ -67,7 +67,7 @@ __all__ = [
     "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",
     "Params", "get_flat", "set_flat", "weighted_sum", "numpy_rng", "torch_generator", "Adam", "SGD",
     # devices: a client op's tensors live on ctx.device (ctx.tensor makes one there); to numpy only through this
-    "to_numpy", "device_slips",
+    "to_numpy", "to_device", "device_slips",
     # models and datasets: their protocols and types
     "ModelFactory", "Dataset", "DataInfo", "ClientData",
     # callbacks: the protocol, a base class with no-op hooks, what a callback knows of its run

@@ -10,7 +10,17 @@ import torch
 from support.paths import ROOT
 
 from raysoft.algorithms.base import ClientContext
-from raysoft.devices import choose, client_functions, device_slips, move_in_place, moved, tensors_in, to_numpy
+from raysoft.data.drift import CycleData
+from raysoft.devices import (
+    choose,
+    client_functions,
+    device_slips,
+    move_in_place,
+    moved,
+    tensors_in,
+    to_device,
+    to_numpy,
+)
 from raysoft.errors import ConfigError
 from raysoft.optim import Adam
 
@@ -54,7 +64,8 @@ def test_cuda_on_ray_without_gpu_shares_is_refused_before_anything_runs():
 def test_a_fresh_client_state_moves_whole_to_the_device():
     """Every tensor of a state is found and moved in place: the model's parameters, the
     optimizer's moments (made on the CPU beside them) and plain tensors, each once; the optimizer
-    then still holds the model's parameters. (No second device here: what moves is checked.)"""
+    then still holds the model's parameters. (No second device here: what moves is checked;
+    ``meta`` cannot stand in, as a CPU tensor's ``.data`` cannot be set to a meta tensor.)"""
 
     class State:
         def __init__(self):
@@ -69,6 +80,19 @@ def test_a_fresh_client_state_moves_whole_to_the_device():
     assert found == {id(t) for t in wanted} and len(tensors_in(st)) == len(wanted)
     assert move_in_place(st, torch.device("cpu")) is st and moved(st, torch.device("cpu")) is st
     assert all(a is b for a, b in zip(st.opt.params, st.model.parameters()))
+
+
+def test_payloads_results_and_data_move_to_a_device_containers_and_all():
+    """``to_device``: every tensor of dicts, lists, tuples and dataclasses moves; what is not a tensor
+    stays; a container already on the device comes back itself, not a copy."""
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    data = CycleData(torch.ones(3, 2), torch.zeros(3), torch.ones(1, 2), torch.zeros(1), np.array([0.25, 0.75]))
+    payload = {"w": torch.ones(4), "sets": [(torch.ones(2, 2), torch.zeros(2))], "round": 3, "data": data}
+    assert to_device(payload, cpu) is payload and to_device(data, cpu) is data
+    out = to_device(payload, meta)
+    assert [t.device for t in (out["w"], *out["sets"][0], out["data"].x, out["data"].test_y)] == [meta] * 5
+    assert isinstance(out["sets"][0], tuple) and isinstance(out["data"], CycleData) and out["round"] == 3
+    assert out["data"].shares is data.shares and payload["w"].device == cpu  # the input is left as it was
 
 
 def test_a_client_context_makes_its_models_and_tensors_on_its_device():

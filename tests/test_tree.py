@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from raysoft.backends.host import _to
+from raysoft.devices import to_device
 from raysoft.runtime.executor import finite
 from raysoft.runtime.faults import poison
 from raysoft.runtime.rounds import nbytes
@@ -57,7 +57,7 @@ def test_the_walkers_agree_on_dicts_and_dataclasses():
     assert torch.isnan(bad["u"].delta).all() and np.isnan(bad["u"].extra["m"]).all()
     assert np.isnan(bad["w"][1][0]).all() and torch.equal(bad["p"].b, torch.arange(3))
     assert not finite({"only": Update(torch.tensor([float("inf")]), 1)})
-    moved = _to(obj, torch.device("cpu"))
+    moved = to_device(obj, torch.device("cpu"))
     assert isinstance(moved["u"], Update) and torch.equal(moved["u"].delta, obj["u"].delta)
 
 

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..devices import to_numpy
+from ..devices import to_device, to_numpy
 from ..params import ClientId, Params, weighted_sum
 from ..training import model_losses
 from .base import ClientContext
@@ -470,8 +470,7 @@ class CCFL(StreamAlgorithm):
             return {}
         if self._val_sets is None:  # the server's D_k, built once per host from (data, seed)
             self._val_sets = [cs.drift.validation(s) for s in range(cs.drift.num_clusters)]
-        if self._val_sets[0][0].device != ctx.device:  # once per host: the sets on its device
-            self._val_sets = [(x.to(ctx.device), y.to(ctx.device)) for x, y in self._val_sets]
+        self._val_sets = to_device(self._val_sets, ctx.device)  # once per host: the sets on its device
         return {"l": cluster_losses(ctx.scratch, w, self._val_sets, ctx.info.task, a.loss_reduction,
                                     a.loss_batch_size)}
 

@@ -20,7 +20,6 @@ with a client half and a server half, both Ray-free:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from torch import nn
 
 from ..config import Config, TrainConfig
 from ..data.drift import CycleData, DriftingImages
+from ..devices import to_device
 from ..models import DataInfo, build_model
 from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
@@ -77,11 +77,7 @@ class StreamClient:
 
     def data_on(self, device: torch.device) -> CycleData:
         """:attr:`data` on ``device`` (moved there once a cycle: the host's device)."""
-        data = self.data
-        if data.x.device != device:
-            self.cache = data = dataclasses.replace(
-                data, x=data.x.to(device), y=data.y.to(device), test_x=data.test_x.to(device),
-                test_y=data.test_y.to(device))
+        self.cache = data = to_device(self.data, device)
         return data
 
     def next_cycle(self) -> None:

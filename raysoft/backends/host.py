@@ -9,7 +9,6 @@ across rounds: resident, or spilled to the node's disk between its calls
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -23,14 +22,13 @@ from ..algorithms import ClientContext, Plan, make_algorithm
 from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import ClientData, Federation
-from ..devices import deterministic, indexed, move_in_place, moved
+from ..devices import deterministic, indexed, move_in_place, moved, to_device
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
 from ..runtime.executor import finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
-from ..tree import map_leaves
 from .allocator import release_free_memory
 from .states import StateStore
 
@@ -40,11 +38,6 @@ log = logging.getLogger(__name__)
 
 
 _EMPTY = ClientData(torch.zeros(0), torch.zeros(0), np.zeros(0))
-
-
-def _to(obj: Any, device: torch.device) -> Any:
-    """Move the tensors of a (nested) payload or result to ``device``."""
-    return map_leaves(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, obj)
 
 
 class ClientHost:
@@ -87,10 +80,7 @@ class ClientHost:
         """Client k's data and context, built from (data config, seed, k)."""
         fed = self.fed
         data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.client_data(k)
-        if self.device.type != "cpu":
-            data = dataclasses.replace(
-                data, **{f: _to(getattr(data, f), self.device) for f in ("x", "y", "test_x", "test_y")}
-            )
+        data = to_device(data, self.device)
         return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch, device=self.device)
 
     def _initial_state(self, k: int) -> Any:
@@ -220,7 +210,7 @@ class ClientHost:
 
     def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         fn = self.algorithm.client_ops[op]
-        payload = _to(payload, self.device)
+        payload = to_device(payload, self.device)
         ids = sorted(int(c) for c in client_ids)
         batched = self._batched(op, ids, t)
         if batched is not None:  # all of this host's clients in one vectorised computation
@@ -229,7 +219,7 @@ class ClientHost:
                                                                  f"clients {ids[0]}..{ids[-1]} (batched), round {t}")
             for k, st in zip(ids, states):
                 self.states[k] = st
-            return {k: _to(res, torch.device("cpu")) for k, res in zip(ids, results)}
+            return {k: to_device(res, torch.device("cpu")) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}
         stateless = op in getattr(self.algorithm, "stateless_ops", ())
         keeps = leaves_state(self.algorithm, op)
@@ -247,7 +237,7 @@ class ClientHost:
                 time.sleep(wait if budget is None else min(wait, max(budget - took, 0.0) + 1e-3))
             if budget is not None and time.perf_counter() - began > budget:
                 continue  # missed ray.round_deadline_s: its update is left out (the executor reports it)
-            out[k] = _to(result, torch.device("cpu"))
+            out[k] = to_device(result, torch.device("cpu"))
         return out
 
     def _budget(self, op: str) -> float | None:
