@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 
 _EMPTY = ClientData(torch.zeros(0), torch.zeros(0), np.zeros(0))
+CPU = torch.device("cpu")
 
 
 class ClientHost:
@@ -111,7 +112,7 @@ class ClientHost:
 
     def get_states(self) -> dict[int, Any]:
         """Every hosted client's state, moved to the CPU (for checkpoints)."""
-        return {k: moved(self.states[k], torch.device("cpu")) for k in self.client_ids}
+        return {k: moved(self.states[k], CPU) for k in self.client_ids}
 
     def set_states(self, states: dict[int, Any]) -> None:
         """Restore hosted clients' states (from a checkpoint)."""
@@ -123,7 +124,7 @@ class ClientHost:
     # balanced rounds: a client's op may run on another host, with its state lent there and back
     def lend(self, client_ids: Iterable[int]) -> dict[int, Any]:
         """The states of hosted clients ``client_ids``, on the CPU, for a call on another host."""
-        return {int(k): moved(self.states[int(k)], torch.device("cpu")) for k in client_ids}
+        return {int(k): moved(self.states[int(k)], CPU) for k in client_ids}
 
     def take(self, states: dict[int, Any]) -> None:
         """Take back the updated states of the hosted clients among ``states`` (others' are skipped)."""
@@ -153,15 +154,17 @@ class ClientHost:
             changed = visiting.changed
         finally:
             self.contexts, self.states = own_contexts, own_states
-        return out, {k: moved(guests[k], torch.device("cpu")) for k in sorted(changed)}
+        return out, {k: moved(guests[k], CPU) for k in sorted(changed)}
 
-    def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
-        """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU."""
+    def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+             on_cpu: bool = True) -> dict[int, Any]:
+        """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU
+        (``on_cpu`` False: where the op made them, the host's device)."""
         if self._dead:
             raise ClientFailure("the in-process client host was killed")
         try:
             with torch_threads(client_threads(self.cfg)):
-                return self._call(op, client_ids, payload, t)
+                return self._call(op, client_ids, payload, t, CPU if on_cpu else self.device)
         finally:
             if self.cfg.ray.trim_memory:
                 release_free_memory()
@@ -169,30 +172,33 @@ class ClientHost:
     def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
              part: int | None = None) -> dict[int, tuple[bool, Any]]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
-        the whole result) here for :meth:`add_terms`. Returns {client: (finite, the rest of its
-        result)}."""
-        results = self.call(op, client_ids, payload, t)
+        the whole result) here, on the host's device, for :meth:`add_terms`. Returns {client:
+        (finite, the rest of its result, on the CPU)}: on a GPU only the sum leaves the device,
+        not every client's update."""
+        results = self.call(op, client_ids, payload, t, on_cpu=False)
         self.kept, out = {}, {}
         for k, r in results.items():
             self.kept[k], rest = split_result(r, part)
-            out[k] = (finite(r), rest)
+            out[k] = (finite(r), to_device(rest, CPU))
         return out
 
     def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None,
                   fresh: bool = False) -> torch.Tensor:
         """``acc`` plus this host's terms of a plan, added in client-id order (see
-        ``params.add_terms``); drops the kept results it used. ``fresh``: start from zeros like
-        ``acc`` (a run of the tree; ``acc`` is then the plan's start, which it leaves alone)."""
-        parts = {k: self.kept.pop(k) for k in terms}
-        if fresh and acc is not None:
-            acc = torch.zeros_like(acc)
-        return add_terms(terms, parts, acc)
+        ``params.add_terms``) on the host's device; drops the kept results it used. ``fresh``:
+        start from zeros like ``acc`` (a run of the tree; ``acc`` is then the plan's start, which
+        it leaves alone). The sum travels between hosts on the CPU (moves are exact)."""
+        parts = {k: to_device(self.kept.pop(k), self.device) for k in terms}
+        if acc is not None:
+            acc = torch.zeros_like(acc, device=self.device) if fresh else to_device(acc, self.device)
+        return to_device(add_terms(terms, parts, acc), CPU)
 
     def accumulate(self, plan: Plan) -> torch.Tensor:
-        """The whole plan here (the in-process backend: every client is in this host); then
-        drops the kept results."""
+        """The whole plan here (the in-process backend: every client is in this host), on the
+        host's device, the sum back on the CPU; then drops the kept results."""
         kept, self.kept = self.kept, {}
-        return plan.apply(kept, self.cfg.ray.tree_group)
+        parts = {k: to_device(v, self.device) for k, v in kept.items()}
+        return to_device(to_device(plan, self.device).apply(parts, self.cfg.ray.tree_group), CPU)
 
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected
@@ -208,7 +214,9 @@ class ClientHost:
             log.warning("train.batched_clients: on, but the model has %s; training clients one by one", why)
         return fn if use_batched(self.cfg.train, self.cfg.model.name, self.scratch, self.device) else None
 
-    def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
+    def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+              home: torch.device) -> dict[int, Any]:
+        """:meth:`call`, its results moved to ``home``."""
         fn = self.algorithm.client_ops[op]
         payload = to_device(payload, self.device)
         ids = sorted(int(c) for c in client_ids)
@@ -219,7 +227,7 @@ class ClientHost:
                                                                  f"clients {ids[0]}..{ids[-1]} (batched), round {t}")
             for k, st in zip(ids, states):
                 self.states[k] = st
-            return {k: to_device(res, torch.device("cpu")) for k, res in zip(ids, results)}
+            return {k: to_device(res, home) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}
         stateless = op in getattr(self.algorithm, "stateless_ops", ())
         keeps = leaves_state(self.algorithm, op)
@@ -237,7 +245,7 @@ class ClientHost:
                 time.sleep(wait if budget is None else min(wait, max(budget - took, 0.0) + 1e-3))
             if budget is not None and time.perf_counter() - began > budget:
                 continue  # missed ray.round_deadline_s: its update is left out (the executor reports it)
-            out[k] = to_device(result, torch.device("cpu"))
+            out[k] = to_device(result, home)
         return out
 
     def _budget(self, op: str) -> float | None:

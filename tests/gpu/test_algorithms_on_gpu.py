@@ -89,7 +89,8 @@ PACKINGS = [  # (GPU share of an actor, its clients): 10 clients
 @pytest.mark.parametrize("case", ["fedsoft", "fedavg_cnn"])
 def test_any_packing_into_gpu_actors_gives_identical_numbers(ray_session, case, fm_root, tmp_path):
     """FedSoft (linear model, batched) and FedAvg on a CNN (batched with vmap on a GPU): the same
-    numbers in-process and on actors of a quarter, an eighth and a whole GPU."""
+    numbers in-process and on actors of a quarter, an eighth and a whole GPU, with the round's sums
+    made on the actors' GPUs or on the coordinator's CPU."""
     cnn = {"model": {"name": "cnn", "channels": [2, 4], "hidden": 8},
            "data": {"name": "fmnist", "root": str(fm_root), "partition": "random", "test_samples": 8,
                     "samples_min": 10, "samples_max": 20},
@@ -107,6 +108,11 @@ def test_any_packing_into_gpu_actors_gives_identical_numbers(ray_session, case, 
                                  num_cpus_per_actor=0.1), out=tmp_path / f"ray-{share}")
         assert_same(ref, run)
         _report(test="packing", case=case, share=share, clients_per_actor=per_actor, identical=True)
+    # the sums made on the actors' GPUs (the default) or, every update sent, on the coordinator's CPU
+    run = raysoft.run(config(backend="ray", num_gpus_per_actor=0.25, clients_per_actor=3, num_cpus_per_actor=0.1,
+                             reduce_in_actors=False), out=tmp_path / "ray-coordinator-sums")
+    assert_same(ref, run)
+    _report(test="packing", case=f"{case}, sums on the coordinator", share=0.25, clients_per_actor=3, identical=True)
 
 
 @pytest.mark.parametrize("case", ["fedsoft", "fedem", "ccfl"])
