@@ -72,7 +72,8 @@ def test_on_the_gpu_raysofts_actors_share_it(share, actors):
         assert (cfg.ray.num_gpus_per_actor, cfg.ray.num_cpus_per_actor, cfg.ray.num_cpus) == (share, 1.0, actors)
         assert raw.get("ray", {}).get("num_gpus_per_actor") is None  # the CPU config is left as it was
         assert "gpu_rows" not in raw["train"]
-    assert parse_config(on_gpu(workload_config("W4:fedsoft", 3))).ray.client_state == "disk"
+    assert parse_config(workload_config("W4:fedsoft", 3)).ray.client_state == "disk"  # on the CPU
+    assert parse_config(on_gpu(workload_config("W4:fedsoft", 3))).ray.client_state == "memory"  # on the GPU
     w2 = parse_config(on_gpu(workload_config("W2", 3), share))  # 60 clients a round over the actors
     assert w2.train.gpu_rows == {8: 8, 4: 16, 3: 24, 2: 32, 1: 64}[actors]
 
