@@ -37,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -103,12 +103,14 @@ def trial_points(spec: SweepSpec) -> list[dict[str, Any]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
 
 
-def trial_config(base: Mapping[str, Any], point: Mapping[str, Any], actors: int) -> Config:
+def trial_config(base: Mapping[str, Any], point: Mapping[str, Any], actors: int,
+                 note: Callable[[str], None] | None = None) -> Config:
     """A trial's validated config: the base, the grid point, and the Ray settings that keep the
-    trial's client actors inside its reservation."""
+    trial's client actors inside its reservation. ``note``: where a grid point's switch of
+    plug-in says which keys it dropped (stderr by default)."""
     overrides = [f"{key}={json.dumps(value)}" for key, value in point.items()]
     try:
-        cfg = parse_config(apply_overrides(base, overrides))
+        cfg = parse_config(apply_overrides(base, overrides) if note is None else apply_overrides(base, overrides, note))
     except ConfigError as err:
         where = ", ".join(f"{k}={v!r}" for k, v in point.items())
         raise ConfigError(f"sweep trial {where}: {err}") from None
@@ -188,7 +190,14 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
     points = trial_points(spec)
     actors = spec.trial.actors
     # every trial's config, data files and model fit checked before Ray starts
-    cfgs = [check_data(trial_config(base, point, actors)) for point in points]
+    said: list[str] = []  # a grid point's switch of plug-in, told once however many trials make it
+
+    def once(line: str) -> None:
+        if line not in said:
+            said.append(line)
+            print(line, file=sys.stderr, flush=True)
+
+    cfgs = [check_data(trial_config(base, point, actors, once)) for point in points]
     if resume is None:
         from .api import _prepare_out
 

@@ -113,6 +113,22 @@ def test_a_sweep_too_big_for_the_local_ray_is_refused_before_it_starts(tmp_path,
     assert len(err) == 1 and "a trial reserves 4 CPUs" in err[0]
 
 
+def test_a_grid_that_switches_the_algorithm_says_what_it_dropped_once(tmp_path, capsys):
+    """Six trials switch FedSoft to FedAvg in three of them: FedSoft's own keys are dropped from
+    those, said in one line, not one per trial."""
+    from raysoft.cli import main
+
+    path = write_sweep(tmp_path, trial={"actors": 3}, set=["ray.num_cpus=2", "algorithm.sigma=0.001"])
+    spec = yaml.safe_load(open(path))
+    spec["grid"] = {"algorithm.name": ["fedsoft", "fedavg"], "seed": [0, 1, 2]}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["sweep", path, "--out", str(tmp_path / "out")]) == 2  # refused after every config's check
+    err = capsys.readouterr().err.splitlines()
+    dropped = [line for line in err if "dropped" in line]
+    assert len(dropped) == 1 and dropped[0].startswith('algorithm.name="fedavg": dropped fedsoft\'s keys'), err
+    assert "a trial reserves 4 CPUs" in err[-1]
+
+
 GROW_SCRIPT = r"""
 import os, sys
 os.environ["RAY_AUTH_MODE"] = "token"
