@@ -110,7 +110,7 @@ def trial_config(base: Mapping[str, Any], point: Mapping[str, Any], actors: int,
     plug-in says which keys it dropped (stderr by default)."""
     overrides = [f"{key}={json.dumps(value)}" for key, value in point.items()]
     try:
-        cfg = parse_config(apply_overrides(base, overrides) if note is None else apply_overrides(base, overrides, note))
+        cfg = parse_config(apply_overrides(base, overrides, note))
     except ConfigError as err:
         where = ", ".join(f"{k}={v!r}" for k, v in point.items())
         raise ConfigError(f"sweep trial {where}: {err}") from None

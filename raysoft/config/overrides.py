@@ -47,13 +47,14 @@ def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: list[str],
-                    note: Callable[[str], None] = _say) -> dict[str, Any]:
+                    note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``raw`` with each ``path.to.key=value`` of ``overrides`` applied, in order; ``raw`` itself
     is not changed. The first component names a section (or ``regimes``); a missing mapping on the
     way is created, a value on the way that is not a mapping is refused. A new ``name`` of the
     ``algorithm``, ``data`` or ``model`` section (``algorithm.name=fedavg``) leaves out the keys of
     the section that the newly named plug-in does not have, each such change told to ``note`` in
-    one line (stderr by default)."""
+    one line (stderr when ``note`` is None)."""
+    note = note or _say
     out: dict[str, Any] = _copy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
