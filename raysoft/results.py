@@ -10,6 +10,14 @@ Tables (one row per measurement; see docs/running.md#what-a-run-writes):
 * ``placement.parquet`` (Ray backend): run_id, client, actor, node_id
 * ``events.parquet`` (checkpoints, faults, recoveries, excluded updates): run_id, step, time_s,
   kind, client, actor, detail
+* ``labels.parquet`` (classification data): run_id, client, split, label, count: each client's
+  label counts in its train (and test) split
+* ``clustering.parquet``: run_id, step, clustering, metric, value: an algorithm's clusterings
+  scored against the clients' true clusters at every evaluation (ARI, NMI, mixture error, changes)
+* ``client_metrics.parquet``: run_id, step, client, held_out, metric, value: every client's
+  personalised model on its own test split (held_out: a client kept out of training, cold-started)
+* ``comm.parquet``: run_id, step, client, direction, bytes: what each client received ("down")
+  and sent ("up") in each round or upload
 """
 
 from __future__ import annotations
@@ -37,12 +45,23 @@ _COLUMNS = {  # table -> "column:type ..." (s string, i int64, f float64, b bool
     "estimation": "run_id:s step:i client:i center:i l:f d1:f d2:f score:f alpha:f rejected:b gap:f alpha2:f",
     # an algorithm's own per-round figures (FedSoft: coupling)
     "diagnostics": "run_id:s step:i name:s value:f",
+    # each client's label counts per split ("train", "test"), for classification data
+    "labels": "run_id:s client:i split:s label:i count:i",
+    # clusterings scored against the truth at every evaluation; clustering: "assignment" (hard) or
+    # "weights_argmax" (soft); metric: "ari", "nmi", "changed" (clients that moved), "mixture_mae"
+    "clustering": "run_id:s step:i clustering:s metric:s value:f",
+    # every client's personalised model on its own test split, at every evaluation
+    "client_metrics": "run_id:s step:i client:i held_out:b metric:s value:f",
+    # bytes each client received ("down") and sent ("up"), per round or upload
+    "comm": "run_id:s step:i client:i direction:s bytes:i",
 }
 SCHEMAS: dict[str, pa.Schema] = {
     table: pa.schema([(col, _TYPES[kind]) for col, kind in (c.split(":") for c in spec.split())])
     for table, spec in _COLUMNS.items()
 }
-OPTIONAL = {"assignments", "events", "placement", "estimation", "diagnostics"}  # written only when there are rows
+OPTIONAL = {
+    "assignments", "events", "placement", "estimation", "diagnostics", "labels", "clustering", "client_metrics", "comm",
+}  # written only when there are rows
 
 
 class Recorder:
