@@ -15,6 +15,9 @@ import os
 # packing of clients into actors. Read at MKL's first call, so set before any (a user's own
 # setting wins). docs/architecture.md#determinism says why and what it costs.
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+# cuBLAS's deterministic workspace, read when CUDA starts: set before anything of raysoft can start
+# it, in the driver and in every actor (devices.CUBLAS_WORKSPACE; a user's own setting wins)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 from .api import RunResult, resume, run
 from .config import Config, ConfigError, load_config

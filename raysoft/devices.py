@@ -12,7 +12,8 @@ so this class of GPU bug is caught on a machine without one.
 where Ray gave the actor a GPU share and the actor's torch finds CUDA; ``cpu`` and ``cuda``
 force it (``cuda`` without CUDA is an error, never a silent fallback).
 
-On CUDA a host makes its kernels deterministic (:func:`deterministic`): the same seed gives the
+On CUDA a run makes its kernels deterministic (:func:`deterministic`: the in-process backend for
+the run, a client actor for its life): the same seed gives the
 same numbers on any packing of clients into actors and on resume, as on the CPU.
 """
 
@@ -22,6 +23,7 @@ import ast
 import copy
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,23 +84,36 @@ def indexed(device: torch.device | str) -> torch.device:
 
 def prepare_cuda() -> None:
     """Before CUDA starts in this process: cuBLAS's deterministic workspace (a user's own
-    setting is kept)."""
+    setting is kept). Importing raysoft sets it already; where CUDA started before that without
+    the setting, cuBLAS has read its workspace and the same seed could give other numbers: an
+    error, not a silent difference."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    if torch.cuda.is_initialized() and os.environ["CUBLAS_WORKSPACE_CONFIG"] not in (":4096:8", ":16:8"):
+        raise ConfigError(f"CUBLAS_WORKSPACE_CONFIG is {os.environ['CUBLAS_WORKSPACE_CONFIG']!r} and CUDA has "
+                          f"started: set it to {CUBLAS_WORKSPACE!r} (or ':16:8') before CUDA starts")
 
 
-def deterministic(device: torch.device) -> None:
-    """Deterministic kernels on ``device`` (nothing to do on the CPU): no cuDNN autotuning
-    (it picks kernels by timing), no TF32 (convolutions would round to 10-bit mantissas, far from
-    the CPU's numbers), and torch's deterministic algorithms (a warning, not an error, for an op
-    that has none)."""
+@contextmanager
+def deterministic(device: torch.device) -> Iterator[None]:
+    """Deterministic kernels on ``device`` while the block runs (nothing to do on the CPU): no
+    cuDNN autotuning (it picks kernels by timing), no TF32 (convolutions would round to 10-bit
+    mantissas, far from the CPU's numbers), and torch's deterministic algorithms, strict (an op
+    without a deterministic kernel raises instead of warning). The process's flags are put back as
+    they were when the block ends, so an in-process run leaves its caller's settings alone."""
     if device.type != "cuda":
+        yield
         return
     prepare_cuda()
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, matmul.allow_tf32,
+             torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, matmul.allow_tf32 = False, True, False, False
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    try:
+        yield
+    finally:
+        cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, matmul.allow_tf32 = saved[:4]
+        torch.use_deterministic_algorithms(saved[4], warn_only=saved[5])
 
 
 def tensors_in(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:

@@ -104,10 +104,12 @@ def proximal_train(
     params = [p for p in model.parameters()]
     target = views_like(pull_target, model) if pull_target is not None else None
     n = int(y.shape[0])
-    last = 0.0
+    total = torch.zeros((), dtype=torch.float64, device=y.device)
     for epoch in range(cfg.local_epochs if epochs is None else epochs):
-        order = batch_order(n, epoch, cfg, rng)
-        total = 0.0
+        # the epoch's order on the data's device once, and the losses summed there: no host-device
+        # wait per mini-batch (float64, in the order Python's float sum took: the same number)
+        order = torch.as_tensor(batch_order(n, epoch, cfg, rng), device=y.device)
+        total = torch.zeros((), dtype=torch.float64, device=y.device)
         batch = cfg.batch_size or n
         for start in range(0, n, batch):
             idx = order[start : start + batch]
@@ -125,9 +127,8 @@ def proximal_train(
                         if target is not None:
                             grad.sub_(target[i])
             optimizer.step()
-            total += float(loss.detach()) * len(idx)
-        last = total / n
-    return last
+            total += loss.detach().double() * len(idx)
+    return float(total) / n if n else 0.0
 
 
 def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str) -> Params:

@@ -7,6 +7,7 @@ import ast
 import numpy as np
 import pytest
 import torch
+from support.configs import small_config
 from support.paths import ROOT
 
 from raysoft.algorithms.base import ClientContext
@@ -126,3 +127,53 @@ def test_the_guard_finds_each_slip(tmp_path):
     bad.write_text("def op(ctx: ClientContext, s, p, t):\n    return torch.zeros(3), torch.ones(2, device=ctx.device)\n"
                    "def server(state):\n    return torch.zeros(3), state.numpy()\n")
     assert device_slips([bad]) == [f"{bad}:4 .numpy() (use to_numpy)", f"{bad}:2 torch.zeros without device= in op"]
+
+
+def test_deterministic_flags_hold_in_the_block_strictly_and_are_put_back(monkeypatch):
+    from raysoft.devices import deterministic
+
+    cudnn = torch.backends.cudnn
+    monkeypatch.setattr(cudnn, "benchmark", True)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    with deterministic(torch.device("cuda")):  # flags only: no CUDA needed to set them
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()  # an error, not a warning
+        assert (cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32) == (False, True, False)
+        assert not torch.backends.cuda.matmul.allow_tf32
+    assert cudnn.benchmark is True
+    now = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    assert now == before
+    with deterministic(torch.device("cpu")):  # nothing to set on the CPU
+        assert torch.are_deterministic_algorithms_enabled() == before[0]
+
+
+def test_cublas_workspace_is_set_on_import_and_a_late_one_is_refused(monkeypatch):
+    import os
+
+    import raysoft.devices as devices
+
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == devices.CUBLAS_WORKSPACE  # raysoft's import set it
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as if CUDA had started before
+    with pytest.raises(ConfigError, match="CUBLAS_WORKSPACE_CONFIG is ':0:0' and CUDA has started"):
+        devices.prepare_cuda()
+
+
+def test_an_inprocess_run_leaves_its_callers_flags_alone(tmp_path, monkeypatch):
+    import raysoft
+    from raysoft import devices
+
+    seen = []
+    real = devices.deterministic
+
+    def spy(device):
+        seen.append(device.type)
+        return real(torch.device("cuda"))  # the flags a GPU run sets, on this CPU
+
+    monkeypatch.setattr("raysoft.backends.inprocess.deterministic", spy)
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    enabled = torch.are_deterministic_algorithms_enabled()
+    raysoft.run(small_config(algorithm={"name": "fedavg", "rounds": 1}), out=tmp_path)
+    assert seen == ["cpu"]
+    assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == (
+        enabled, warn_only)

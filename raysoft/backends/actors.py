@@ -87,12 +87,14 @@ class ClientActor:
         time.sleep(seconds)
 
     def start(self) -> dict[str, Any]:
-        from ..devices import choose
+        from ..devices import choose, deterministic
         from .host import ClientHost
 
         cfg = parse_config(self.cfg_dict)
         gpu_ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
-        self.host = ClientHost(cfg, self.client_ids, device=str(choose(cfg.train.device, bool(gpu_ids))))
+        device = choose(cfg.train.device, bool(gpu_ids))
+        deterministic(device).__enter__()  # for the actor's life: its process runs only its clients
+        self.host = ClientHost(cfg, self.client_ids, device=str(device))
         return self.describe()
 
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:

@@ -22,7 +22,7 @@ from ..algorithms import ClientContext, Plan, make_algorithm
 from ..algorithms.base import leaves_state, split_result
 from ..config import Config
 from ..data import ClientData, Federation
-from ..devices import deterministic, indexed, move_in_place, moved, to_device
+from ..devices import indexed, move_in_place, moved, to_device
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
@@ -46,7 +46,6 @@ class ClientHost:
 
     def __init__(self, cfg: Config, client_ids: Iterable[int], device: str = "cpu") -> None:
         self.cfg = cfg
-        deterministic(torch.device(device))  # before the first kernel on a GPU
         self.device = indexed(device)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.placement: list[dict[str, Any]] = []  # one process: no actors to describe

@@ -5,14 +5,16 @@ the same seed, so tests, debugging and the one-process measurements of docs/resu
 from __future__ import annotations
 
 from ..config import Config
-from ..devices import choose
+from ..devices import choose, deterministic
 from ..runtime import make_coordinator
 from .drive import drive
 from .host import ClientHost
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):
-    host = ClientHost(cfg, range(cfg.data.clients), device=str(choose(cfg.train.device)))
-    coord = make_coordinator(cfg, host, run_id, run_dir=run_dir, resume=resume)
-    drive(coord.advance, on_progress)
-    return coord.results()
+    device = choose(cfg.train.device)
+    with deterministic(device):  # the caller's own flags back when the run ends
+        host = ClientHost(cfg, range(cfg.data.clients), device=str(device))
+        coord = make_coordinator(cfg, host, run_id, run_dir=run_dir, resume=resume)
+        drive(coord.advance, on_progress)
+        return coord.results()
