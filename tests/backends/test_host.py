@@ -57,7 +57,7 @@ def test_call_answers_exactly_the_asked_clients_in_id_order(batched):
     assert all(r.shape == (D,) and r.device.type == "cpu" for r in out.values())
     assert list(h.call("evaluate", [9, 0], payload("fedavg"), 0)) == [0, 9]
     # the clients not asked did not train: client 3's first training is a fresh client's
-    assert same(train(h, [3], 1), train(host(), [3], 1))
+    assert same(train(h, [3], 1), train(host(batched=batched), [3], 1))
 
 
 def test_the_clients_of_one_call_are_independent_of_each_other():
