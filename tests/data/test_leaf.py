@@ -179,3 +179,15 @@ def test_a_small_femnist_run_with_the_leaf_cnn(tmp_path):
     clients = pd.read_parquet(run.run_dir / "clients.parquet")
     # the 4 largest of writers of 3, 5, 7 | 4, 6, 8 samples (two files), in the files' order
     assert clients["samples"].tolist() == [5, 7, 6, 8] and (clients["share"] == 1.0).all()
+
+
+@pytest.mark.parametrize("job", ["femnist", "shakespeare", "hf_femnist", "hf_cifar10_dirichlet"])
+def test_the_jobs_validate(job):
+    from support.paths import JOBS
+
+    from raysoft.config import load_config
+
+    if job.startswith("hf_"):
+        pytest.importorskip("flwr_datasets")
+    cfg = load_config(JOBS / f"{job}.yaml")
+    assert cfg.data.name in ("femnist", "shakespeare", "hf") and cfg.ray.backend == "inprocess"
