@@ -83,7 +83,7 @@ class CharLSTMModel(ModelConfig):
     implementation: ClassVar[str | None] = "raysoft.models:char_lstm"
 
     embedding: int = Field(8, ge=1, description="size of each character's embedding (LEAF: 8)")
-    hidden: int = Field(256, ge=1, description="units of each LSTM layer (LEAF: 256)")
+    units: int = Field(256, ge=1, description="units of each LSTM layer (LEAF: 256)")
     layers: int = Field(2, ge=1, description="stacked LSTM layers (LEAF: 2)")
 
 

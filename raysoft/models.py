@@ -239,7 +239,7 @@ def leaf_cnn(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn
 def char_lstm(cfg: CharLSTMModel, info: DataInfo, generator: torch.Generator) -> nn.Module:
     """LEAF's character LSTM over LEAF's 80 characters (embedding 8, two layers of 256)."""
     return _built_in(cfg, info, generator,
-                     lambda: CharLSTM(len(LEAF_CHARS), info.num_outputs, cfg.embedding, cfg.hidden, cfg.layers))
+                     lambda: CharLSTM(len(LEAF_CHARS), info.num_outputs, cfg.embedding, cfg.units, cfg.layers))
 
 
 def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | None = None) -> nn.Module:
