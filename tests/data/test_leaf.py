@@ -137,6 +137,7 @@ def test_missing_files_and_bad_settings_are_one_line(tmp_path):
         raysoft.run(config(data={"name": "shakespeare", "root": str(tmp_path)}, model={"name": "logistic"}))
 
 
+@pytest.mark.slow  # LEAF's CNN has 6.6M parameters, the LSTM two layers of 256
 def test_leaf_models_shapes_and_one_training_step():
     from raysoft.config import TrainConfig
 

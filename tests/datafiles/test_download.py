@@ -40,6 +40,7 @@ def md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # torchvision's import alone takes seconds on a loaded 2-core machine
 def test_fmnist_is_fetched_through_torchvision_then_read(server, tmp_path, monkeypatch):
     from torchvision.datasets import FashionMNIST
 
@@ -63,6 +64,7 @@ def test_fmnist_is_fetched_through_torchvision_then_read(server, tmp_path, monke
     assert (raw / "train-images-idx3-ubyte").stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow  # torchvision's import alone takes seconds on a loaded 2-core machine
 def test_a_wrong_md5_or_no_network_is_one_line_naming_the_folder(server, tmp_path, monkeypatch):
     from torchvision.datasets import FashionMNIST
 
@@ -80,6 +82,7 @@ def test_a_wrong_md5_or_no_network_is_one_line_naming_the_folder(server, tmp_pat
         check_data(parse_config(raw))
 
 
+@pytest.mark.slow  # torchvision's import alone takes seconds on a loaded 2-core machine
 def test_cifar10_archive_is_fetched_and_md5_checked(server, tmp_path, monkeypatch):
     from torchvision.datasets import CIFAR10
 
@@ -103,6 +106,7 @@ def test_cifar10_archive_is_fetched_and_md5_checked(server, tmp_path, monkeypatc
     assert md5(tmp_path / "env" / "cifar-10-batches-py" / "data_batch_3") == md5(folder / "data_batch_3")
 
 
+@pytest.mark.slow  # torchvision's import alone takes seconds on a loaded 2-core machine
 def test_emnist_zip_is_fetched_and_unpacked(server, tmp_path, monkeypatch):
     import gzip
 
