@@ -216,6 +216,10 @@ class HFData(DataConfig):
     )
     client_test: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's partition held out "
                                                                 "as its own test split")
+    client_test_from: Literal["random", "end"] = Field(
+        "random", description="which of a partition's samples make its test split: random (seeded), or the "
+        "last ones in the dataset's order (temporal data such as Shakespeare's lines: no leak of the text ahead)"
+    )
     distributions: int = Field(1, ge=1, le=1, description="1: the partitions carry no known clusters")
     partition: Literal["flower"] = Field("flower", description="flower: the partitioner's partitions")
 

@@ -11,10 +11,12 @@ and the arguments do not say, ``num_partitions`` is ``data.clients``, ``seed`` t
 (``NaturalIdPartitioner``: one per writer, role, user), ``data.select`` chooses which, as for
 LEAF's datasets (:func:`raysoft.data.leaf.choose`).
 
-Client k holds partition ``p_k``: a seeded permutation of it puts ``int(client_test * len)``
-samples in the client's own test split and the rest, in the partition's order, in its train
-set. There is one distribution: its holdout set is ``data.test_samples`` drawn from
-``data.test_split`` where given, else from the clients' test splits.
+Client k holds partition ``p_k``: ``int(client_test * len)`` of its samples make the client's
+own test split, the rest, in the partition's order, its train set; the test samples are drawn by
+a seeded permutation (``client_test_from: random``) or are the partition's last ones (``end``:
+temporal data, such as Shakespeare's lines). There is one distribution: its holdout set is
+``data.test_samples`` drawn from ``data.test_split`` where given, else from the clients' test
+splits.
 
 Inputs (``data.features``): images (``[n, C, H, W]`` floats in [0, 1]), numbers (vectors,
 float32), or text (LEAF's 80 characters, one token each: ``[n, L]`` int64, for ``char_lstm``).
@@ -186,8 +188,11 @@ class _Loaded:
         self.splits: list[tuple[np.ndarray, np.ndarray]] = []
         for k, p in enumerate(self.chosen.tolist()):
             n = int(sizes[p])
-            perm = numpy_rng(seed, "hf", "client_test", k).permutation(n)
             cut = int(cfg.client_test * n)
+            if cfg.client_test_from == "end":
+                self.splits.append((np.arange(n - cut), np.arange(n - cut, n)))
+                continue
+            perm = numpy_rng(seed, "hf", "client_test", k).permutation(n)
             self.splits.append((np.sort(perm[cut:]), np.sort(perm[:cut])))
 
 

@@ -112,6 +112,10 @@ def test_text_columns_become_leaf_characters(tmp_path):
     assert d.x.dtype == torch.int64 and "".join(LEAF_CHARS[i] for i in d.x[0].tolist()) == line
     assert [LEAF_CHARS[i] for i in d.y.tolist()] == ["M", "a"]
     assert d.test_x.shape == (0, 80) and d.test_x.dtype == torch.int64
+    cfg = parse_config(config({**cfg.model_dump(), "name": "hf", "client_test": 0.5, "client_test_from": "end"},
+                              model={"name": "char_lstm"})).data
+    d = Federation(cfg, seed=0).client_data(0)  # the role's last line is its test split: no text ahead leaks
+    assert [LEAF_CHARS[i] for i in d.y.tolist()] == ["M"] and [LEAF_CHARS[i] for i in d.test_y.tolist()] == ["a"]
 
 
 def test_bad_settings_are_one_line(tmp_path, monkeypatch):

@@ -182,7 +182,7 @@ def test_a_small_femnist_run_with_the_leaf_cnn(tmp_path):
     assert clients["samples"].tolist() == [5, 7, 6, 8] and (clients["share"] == 1.0).all()
 
 
-@pytest.mark.parametrize("job", ["femnist", "shakespeare", "hf_femnist", "hf_cifar10_dirichlet"])
+@pytest.mark.parametrize("job", ["femnist", "shakespeare", "hf_femnist", "hf_shakespeare", "hf_cifar10_dirichlet"])
 def test_the_jobs_validate(job):
     from support.paths import JOBS
 
