@@ -102,16 +102,27 @@ def check_data(cfg: Config) -> Config:
     the model does not fit the data; pin the resolved data folder into the config so that
     workers on other nodes do not depend on this environment. Imports neither torch nor
     torchvision (the driver of a Ray run then never does)."""
-    from .catalog import IMAGE_DATASETS, ImageData, data_kind, model_misfit
+    from .catalog import IMAGE_DATASETS, LEAF_DATASETS, ImageData, LeafData, data_kind, model_misfit
     from .datafiles import DataFileError, MissingDataError, default_root, verify_files
+    from .datafiles.leaf_files import require_leaf
 
     root = None
     data = cfg.data
     if isinstance(data, ImageData) and data.name in IMAGE_DATASETS:
         try:
-            root = default_root(data.name, data.root)
+            if data.download:  # torchvision (and torch) are imported only if the files are missing
+                from .datafiles.download import ensure_files
+
+                root = ensure_files(data.name, data.root)
+            else:
+                root = default_root(data.name, data.root)
             verify_files(cfg.data.name, root)
         except (MissingDataError, DataFileError) as err:
+            raise ConfigError(f"data: {err}") from None
+    if isinstance(data, LeafData) and data.name in LEAF_DATASETS:
+        try:
+            root = require_leaf(data.name, data.root)
+        except MissingDataError as err:
             raise ConfigError(f"data: {err}") from None
     if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name):
         why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))

@@ -57,9 +57,12 @@ STEP_OVERHEAD = 1_000_000.0
 
 def can_batch(model: nn.Module) -> str | None:
     """None if ``model`` can be trained batched, else why not (batch norm keeps running
-    statistics outside the parameters, which a vmapped functional call cannot update)."""
+    statistics outside the parameters, which a vmapped functional call cannot update; recurrent
+    layers have no vmap rule)."""
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            return f"{type(m).__name__} layers"
+        if isinstance(m, nn.RNNBase):  # torch.func.vmap has no batching rule for aten::lstm / gru / rnn
             return f"{type(m).__name__} layers"
     return None
 

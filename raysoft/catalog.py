@@ -9,7 +9,9 @@ beside the common section's (:class:`~raysoft.config.ModelConfig`,
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import importlib.util
+import os
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -67,6 +69,24 @@ class ResNet18Model(ConvModel):
     implementation: ClassVar[str | None] = "raysoft.models:resnet18"
 
 
+class LeafCNNModel(ConvModel):
+    """LEAF's FEMNIST CNN: two 5x5 convolutions (32, 64 channels), each with ReLU and a 2x2
+    max-pool, a dense layer of 2048 and the class logits."""
+
+    implementation: ClassVar[str | None] = "raysoft.models:leaf_cnn"
+
+
+class CharLSTMModel(ModelConfig):
+    """LEAF's character LSTM (Shakespeare's next-character prediction): an embedding of each
+    character, stacked LSTM layers, the logits of the next character from the last step."""
+
+    implementation: ClassVar[str | None] = "raysoft.models:char_lstm"
+
+    embedding: int = Field(8, ge=1, description="size of each character's embedding (LEAF: 8)")
+    units: int = Field(256, ge=1, description="units of each LSTM layer (LEAF: 256)")
+    layers: int = Field(2, ge=1, description="stacked LSTM layers (LEAF: 2)")
+
+
 # --------------------------------------------------------------------------- datasets
 class SyntheticData(DataConfig):
     """FedSoft's synthetic linear regression: S distributions y = x theta_s + noise."""
@@ -115,6 +135,10 @@ class ImageData(DataConfig):
         None, description="rotation (degrees) of each distribution; default i*360/S (emnist_letters: lower/upper "
         "at 0, then both at 90)"
     )
+    download: bool = Field(
+        False, description="fetch the files on first use where they are missing (torchvision's download and "
+        "md5 checks) into root, else $RAYSOFT_DATA, else ~/.cache/raysoft"
+    )
 
     @model_validator(mode="after")
     def _image_checks(self) -> ImageData:
@@ -122,6 +146,98 @@ class ImageData(DataConfig):
             raise ValueError(f"rotations has {len(self.rotations)} angles but distributions is {self.distributions}")
         if self.name == "emnist_letters" and self.distributions not in (1, 2, 4):
             raise ValueError(f"emnist_letters has 1, 2 or 4 distributions, got {self.distributions}")
+        return self
+
+
+class LeafData(DataConfig):
+    """LEAF's natural partitions: FEMNIST (one client per writer, 62 classes of 28x28 characters)
+    or Shakespeare (one client per speaking role, next character of 80-character lines), read
+    from the JSON files LEAF's preprocessing writes (``root``: the folder of ``train/`` and
+    ``test/``). Each client holds its writer's (role's) train samples and, as its own test split,
+    the same writer's test samples; the one holdout set is drawn from the chosen clients' test
+    samples."""
+
+    implementation: ClassVar[str | None] = "raysoft.data.leaf:LeafClients"
+
+    root: str | None = Field(
+        None, description="LEAF's data/<name>/data folder, holding train/*.json and test/*.json; default "
+        "$RAYSOFT_DATA/<name>"
+    )
+    distributions: int = Field(1, ge=1, le=1, description="1: a natural partition has no known clusters")
+    partition: Literal["natural"] = Field("natural", description="natural: each client one writer (role)")
+    select: Literal["random", "largest", "first"] = Field(
+        "random", description="which writers (roles) become the data.clients clients: random (drawn from "
+        "data.seed, else the run's seed), largest (most train samples) or first (in the files' order)"
+    )
+    min_samples: int = Field(1, ge=1, description="writers (roles) with fewer train samples are left out")
+
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition", "distributions")
+
+    @field_validator("root")
+    @classmethod
+    def _absolute_root(cls, v: str | None) -> str | None:
+        # pinned on the driver, so that actors (whose working directory is Ray's) find the same folder
+        return None if v is None else os.path.abspath(os.path.expanduser(v))
+
+
+class HFData(DataConfig):
+    """A dataset of the Hugging Face hub or a local copy (a folder ``datasets`` saved, Parquet
+    files), read with ``datasets`` and split into clients by one of Flower Datasets'
+    partitioners (``pip install 'raysoft[hf]'``). Each client's partition is split into its
+    train samples and its own test split (``client_test``); the one holdout set is drawn from
+    ``test_split`` where the dataset has one, else from the clients' test splits."""
+
+    implementation: ClassVar[str | None] = "raysoft.data.hf:HFClients"
+
+    path: str = Field(
+        description="a dataset id of the hub (e.g. flwrlabs/femnist), a folder written by "
+        "datasets' save_to_disk, a folder of data files, or Parquet files (a path or glob ending .parquet)"
+    )
+    subset: str | None = Field(None, description="the dataset's configuration (load_dataset's name)")
+    split: str = Field("train", description="the split partitioned into the clients")
+    test_split: str | None = Field(None, description="a split of the same dataset for the holdout set")
+    features: str = Field("image", description="the input column: images, numbers or text (text: LEAF's "
+                                               "80 characters, one token each)")
+    label: str = Field("label", description="the label column (class ids, or class names mapped to ids in "
+                                            "sorted order; one character each for text)")
+    num_classes: int | None = Field(None, ge=2, description="default: the label feature's classes, else the "
+                                                             "largest label + 1")
+    partitioner: str = Field(
+        "IidPartitioner", description="a class of flwr_datasets.partitioner (DirichletPartitioner, "
+        "PathologicalPartitioner, NaturalIdPartitioner, ...)"
+    )
+    partitioner_args: dict[str, Any] = Field(
+        default_factory=dict, description="its arguments; num_partitions defaults to data.clients, seed to "
+        "data.seed (else the run's), partition_by to the label column where the class takes them"
+    )
+    select: Literal["random", "largest", "first"] = Field(
+        "random", description="where the partitioner makes more partitions than data.clients (NaturalId): "
+        "which become the clients, as femnist's"
+    )
+    client_test: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's partition held out "
+                                                                "as its own test split")
+    client_test_from: Literal["random", "end"] = Field(
+        "random", description="which of a partition's samples make its test split: random (seeded), or the "
+        "last ones in the dataset's order (temporal data such as Shakespeare's lines: no leak of the text ahead)"
+    )
+    distributions: int = Field(1, ge=1, le=1, description="1: the partitions carry no known clusters")
+    partition: Literal["flower"] = Field("flower", description="flower: the partitioner's partitions")
+
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition", "distributions")
+
+    @field_validator("path")
+    @classmethod
+    def _local_absolute(cls, v: str) -> str:
+        # a local path is pinned on the driver (actors run elsewhere); a hub id stays as written
+        expanded = os.path.expanduser(v)
+        local = os.path.exists(expanded) or v.startswith((".", "/", "~")) or v.endswith(".parquet")
+        return os.path.abspath(expanded) if local else v
+
+    @model_validator(mode="after")
+    def _extra_installed(self) -> HFData:
+        missing = [m for m in ("datasets", "flwr_datasets") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ValueError(f"needs {' and '.join(missing)}: pip install 'raysoft[hf]'")
         return self
 
 
@@ -133,26 +249,46 @@ IMAGE_DATASETS: dict[str, tuple[tuple[int, int, int], int]] = {
     "cifar10": ((3, 32, 32), 10),
     "cifar100": ((3, 32, 32), 100),
 }
-IMAGE_MODELS = ("cnn", "cifar_cnn", "resnet18")
+IMAGE_MODELS = ("cnn", "cifar_cnn", "resnet18", "leaf_cnn")
+SEQUENCE_MODELS = ("char_lstm",)
+# LEAF's 80 characters (its models/utils/language_utils.py): a Shakespeare line's tokens and the
+# next character's class are indices into this string
+LEAF_CHARS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+LEAF_DATASETS: dict[str, tuple[tuple[int, ...], int]] = {  # name -> (input shape, number of classes)
+    "femnist": ((1, 28, 28), 62),
+    "shakespeare": ((80,), len(LEAF_CHARS)),
+}
 
 
-def data_kind(name: str) -> tuple[str, tuple[int, ...]]:
-    """(task, input shape) of dataset ``name`` (the shape is () for vector data)."""
+def data_kind(name: str) -> tuple[str, tuple[int, ...] | None]:
+    """(task, input shape) of dataset ``name`` (the shape is () for vector data, (L,) for token
+    sequences, None where only the data's files tell)."""
     if name == "synthetic":
         return "regression", ()
     if name in IMAGE_DATASETS:
         return "classification", IMAGE_DATASETS[name][0]
+    if name in LEAF_DATASETS:
+        return "classification", LEAF_DATASETS[name][0]
+    if name == "hf":
+        return "classification", None
     return "classification", ()  # fpfc_synthetic
 
 
-def model_misfit(model: str, task: str, input_shape: tuple[int, ...]) -> str | None:
-    """Why model ``model`` cannot be built for this data, or None."""
+def model_misfit(model: str, task: str, input_shape: tuple[int, ...] | None) -> str | None:
+    """Why model ``model`` cannot be built for this data, or None (``input_shape`` None: not
+    known yet; the model is checked again against the data it is built for)."""
     if (model == "linear") != (task == "regression"):
         return f"model {model!r} does not fit a {task} task"
+    if input_shape is None:
+        return None
     if model in IMAGE_MODELS and len(input_shape) != 3:
         return f"model {model!r} needs image data"
+    if (model in SEQUENCE_MODELS) != (len(input_shape) == 1):
+        if model in SEQUENCE_MODELS:
+            return f"model {model!r} needs token sequences (shakespeare, or hf with a text column)"
+        return f"model {model!r} does not read token sequences (use char_lstm)"
     return None
 
 
-MODELS = (LinearModel, LogisticModel, CNNModel, CifarCNNModel, ResNet18Model)
-DATASETS = (SyntheticData, FPFCSyntheticData, ImageData)
+MODELS = (LinearModel, LogisticModel, CNNModel, CifarCNNModel, ResNet18Model, LeafCNNModel, CharLSTMModel)
+DATASETS = (SyntheticData, FPFCSyntheticData, ImageData, LeafData, HFData)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .catalog import CNNModel, ConvModel, model_misfit
+from .catalog import LEAF_CHARS, CharLSTMModel, CNNModel, ConvModel, model_misfit
 from .config import ModelConfig
 from .plugins import PluginError, resolve
 from .protocols import DataInfo, ModelFactory
@@ -133,6 +133,22 @@ class CifarCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+class CharLSTM(nn.Module):
+    """LEAF's character LSTM (its shakespeare/stacked_lstm.py): each of a line's characters
+    embedded (``embedding``), ``layers`` stacked LSTM layers of ``hidden`` units, and the logits
+    of the next character from the last step's output."""
+
+    def __init__(self, vocab: int, classes: int, embedding: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embedding)
+        self.lstm = nn.LSTM(embedding, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embedding(x.long()))
+        return self.head(out[:, -1])
+
+
 def resnet18_32(shape: tuple[int, ...], classes: int) -> nn.Module:
     """torchvision's ResNet-18 adapted to 32x32 inputs: a 3x3 stride-1 first convolution and no
     max-pool. BatchNorm is replaced by GroupNorm (2 groups), the usual choice in federated
@@ -148,8 +164,15 @@ def resnet18_32(shape: tuple[int, ...], classes: int) -> nn.Module:
 
 def _init(model: nn.Module, how: str, generator: torch.Generator) -> None:
     """Xavier-normal linear layers (or torch's default), Kaiming-uniform convs (torch's default);
-    biases as torch's default; all drawn from ``generator``."""
+    biases as torch's default; embeddings N(0, 1) and LSTM weights U(-1/sqrt(hidden),
+    1/sqrt(hidden)) (torch's defaults); all drawn from ``generator``."""
     for m in model.modules():
+        if isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, generator=generator)
+        elif isinstance(m, nn.LSTM):
+            bound = 1 / m.hidden_size**0.5
+            for w in m.parameters():
+                nn.init.uniform_(w, -bound, bound, generator=generator)
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             if how == "xavier_normal" and isinstance(m, nn.Linear):
                 nn.init.xavier_normal_(m.weight, generator=generator)
@@ -205,6 +228,18 @@ def cifar_cnn(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> n
 def resnet18(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
     """torchvision's ResNet-18 for 32x32 inputs, GroupNorm instead of BatchNorm."""
     return _built_in(cfg, info, generator, lambda: resnet18_32(info.input_shape, info.num_outputs))
+
+
+def leaf_cnn(cfg: ModelConfig, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """LEAF's FEMNIST CNN: 5x5 convolutions of 32 and 64 channels ("same" padding), each with
+    ReLU and a 2x2 max-pool, a dense layer of 2048, the class logits."""
+    return _built_in(cfg, info, generator, lambda: ConvNet(info.input_shape, info.num_outputs, (32, 64), 2048))
+
+
+def char_lstm(cfg: CharLSTMModel, info: DataInfo, generator: torch.Generator) -> nn.Module:
+    """LEAF's character LSTM over LEAF's 80 characters (embedding 8, two layers of 256)."""
+    return _built_in(cfg, info, generator,
+                     lambda: CharLSTM(len(LEAF_CHARS), info.num_outputs, cfg.embedding, cfg.units, cfg.layers))
 
 
 def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | None = None) -> nn.Module:

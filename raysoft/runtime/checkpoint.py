@@ -59,6 +59,7 @@ def checkpoint_types() -> list[Any]:
         # optimizers and the models a client keeps (and their layers)
         optim.Adam, optim.SGD,
         models.LinearRegression, models.Logistic, models.ConvNet, models.CifarCNN, models.MaxPool2x2,
+        models.CharLSTM,
         nn.Linear, nn.Conv2d, nn.ReLU, nn.MaxPool2d, nn.Flatten, nn.Sequential, nn.GroupNorm, nn.Identity,
         nn.AdaptiveAvgPool2d,
         # numpy arrays and scalars
