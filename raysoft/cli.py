@@ -9,6 +9,9 @@
                   [--long-run] [--timeout S] [--device cpu|cuda] [--gpu-share S]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
+    raysoft new NAME [--kind algorithm|dataset] [--out DIR]
+    raysoft example [NAME|jobs] [--out DIR]
+    raysoft --version
 
 ``run`` and ``compare`` call :func:`raysoft.run` and :func:`raysoft.compare.compare`; ``report``
 and ``bench`` call :func:`raysoft.report.main` and :func:`raysoft.bench.main` with the parsed
@@ -57,9 +60,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="raysoft", description="Soft- and hard-clustered federated learning on Ray.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="raysoft's version (and git commit in a checkout), Ray's, torch's and Python's")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one experiment")
-    r.add_argument("config", nargs="?", help="experiment YAML (see jobs/)")
+    r.add_argument("config", nargs="?", help="experiment YAML (raysoft example lists the shipped ones; jobs/NAME.yaml "
+                                           "is found from any folder; a config of {} runs on every default)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue a checkpointed run from its last checkpoint")
     add_overrides(r)
     r.add_argument("--out", help="output directory (overrides output.dir)")
@@ -123,9 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one kind (default: all four)")
     ls.add_argument("names", nargs="*", metavar="NAME",
                     help="only these (built-in or registered names, or import paths module:Name)")
-    for p in (r, c, sw, ls):
+    nw = sub.add_parser("new", help="a new project: a plug-in that already runs, its job YAML, a README, a test",
+                        description="Write a folder NAME with NAME.py (a plug-in importing raysoft.sdk that already "
+                                    "runs), job.yaml, README.md (the two commands) and test_NAME.py.")
+    nw.add_argument("name", metavar="NAME", help="the project and its module's name (a Python identifier)")
+    nw.add_argument("--kind", default="algorithm", choices=["algorithm", "dataset"],
+                    help="the plug-in to start from (default: %(default)s)")
+    nw.add_argument("--out", help="the folder to write (default: ./NAME)")
+    ex = sub.add_parser("example", help="list the jobs and examples shipped with raysoft, or write one out",
+                        description="Without NAME: the shipped jobs and examples. NAME: write example NAME "
+                                    "(a plug-in beside its job.yaml) into ./NAME; jobs: the job configs into ./jobs.")
+    ex.add_argument("name", nargs="?", metavar="NAME", help="an example's name, or jobs")
+    ex.add_argument("--out", help="the folder to write (default: ./NAME)")
+    for p in (r, c, sw, ls, nw, ex):
         add_traceback(p)
-    for p in (r, c, rp, b, sw, ls):
+    for p in (r, c, rp, b, sw, ls, nw, ex):
         p.set_defaults(subparser=p)
     return parser
 
@@ -154,6 +172,42 @@ def _bench(args: argparse.Namespace) -> int:
                       args.timeout, args.device, args.gpu_share)
 
 
+class _Version(argparse.Action):
+    """``--version``: computed when asked for (it may run git), printed, exit 0."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        from .provenance import version_line
+
+        print(version_line())
+        raise SystemExit(0)
+
+
+def _writers(args: argparse.Namespace) -> int:
+    """``raysoft list``, ``raysoft new`` and ``raysoft example`` (the folder written is the last
+    line on stdout)."""
+    if args.command == "list":
+        from .listing import main as list_main
+
+        return list_main(args.kind, args.names)
+    if args.command == "new":
+        from .scaffold import new_project
+
+        path = new_project(args.name, args.kind, args.out)
+        print(f"cd {path} && raysoft run job.yaml      # then: python -m pytest test_{args.name}.py")
+        print(path)
+        return 0
+    from .shipped import listing, write_out
+
+    if args.name is None:
+        print(listing(), end="")
+        return 0
+    path = write_out(args.name, args.out)
+    if args.name != "jobs":
+        print(f"cd {path} && raysoft run job.yaml      # its README.md says more")
+    print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "report":  # figures and summaries of finished runs (matplotlib)
@@ -167,10 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             from .backends import auth
 
             auth.use_token_file(args.token_file)
-        if args.command == "list":
-            from .listing import main as list_main
-
-            return list_main(args.kind, args.names)
+        if args.command in ("new", "example", "list"):
+            return _writers(args)
         if args.command == "run":
             from .api import resume, run
 
