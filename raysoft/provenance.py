@@ -35,9 +35,9 @@ def _version(dist: str) -> str | None:
 
 
 def raysoft_version() -> str:
-    from . import __version__
-
-    return _version("raysoft") or __version__
+    """The installed raysoft's version (its metadata: raysoft is always installed, its built-in
+    plug-ins are entry points)."""
+    return _version("raysoft") or "unknown"
 
 
 def git_commit() -> str | None:
