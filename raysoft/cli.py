@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
                         description="Figures and Markdown summaries of finished runs.", error_prefix="raysoft report")
     rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                    help="run directories (as `raysoft run` prints), or `raysoft compare` directories (their runs)")
+                    help="run directories (as `raysoft run` prints), `raysoft compare` directories (their runs), "
+                         "or one `raysoft sweep` directory (its table and a figure of the metric over the grid)")
     rp.add_argument("--out", help="where comparison_report.md goes when several runs are given "
                                   "(default: the first run's parent directory)")
     b = sub.add_parser("bench", help="seconds per round against the bare loop, Flower and pfl",
@@ -172,6 +173,26 @@ def _bench(args: argparse.Namespace) -> int:
                       args.timeout, args.device, args.gpu_share)
 
 
+def _report(args: argparse.Namespace) -> int:
+    """``raysoft report``: runs and comparisons (:mod:`raysoft.report`), or one sweep directory
+    (its table and its figure of the metric over the grid, :mod:`raysoft.sweep_report`)."""
+    from .sweep_report import is_sweep_dir, report_sweep
+
+    if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]):
+        try:
+            written = report_sweep(args.run_dirs[0])
+        except RaysoftError as err:
+            sys.stderr.write(f"raysoft report: {error_line(err)}\n")
+            return exit_code(err)
+        print(written[0].read_text(), end="")
+        for path in written:
+            print(path)
+        return 0
+    from .report import main as report_main
+
+    return report_main(args.run_dirs, args.out)
+
+
 class _Version(argparse.Action):
     """``--version``: computed when asked for (it may run git), printed, exit 0."""
 
@@ -211,9 +232,7 @@ def _writers(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "report":  # figures and summaries of finished runs (matplotlib)
-        from .report import main as report_main
-
-        return report_main(args.run_dirs, args.out)
+        return _report(args)
     if args.command == "bench":  # raysoft against the bare loop and Flower
         return _bench(args)
     try:
@@ -252,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume and (args.sweep or args.out):
                 raise ConfigError("--resume takes the sweep directory only")
             path = sweep(args.sweep, out=args.out, address=args.address, resume=args.resume)
+            print((path / "sweep.md").read_text(), end="")
             print(path)
         elif args.command == "compare":
             from .compare import compare, resume_compare
