@@ -217,9 +217,8 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
     if resume is not None:
         sys.stderr.write(f"sweep: resuming {sweep_dir}: {resume_plan(runs, cfgs)}\n")
         sys.stderr.flush()
-    with Progress(runs, points):  # trials done / running / left and the best so far, on stderr
-        _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
-              address or cfgs[0].ray.address, resume is not None)
+    _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
+          address or cfgs[0].ray.address, resume is not None, Progress(runs, points))
     rows = []
     for i, point in enumerate(points):
         run_dir = runs / f"trial-{i:03d}"
@@ -352,16 +351,16 @@ class _SweepStop:
 
 
 def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
-          runs: Path, address: str | None, resuming: bool) -> None:
+          runs: Path, address: str | None, resuming: bool, progress: Progress) -> None:
     """Run the trials on Ray Tune (refusing a reservation the cluster can never hold, before a
     local Ray starts); a trial that did not finish stops the sweep, resumable. Ray's and Tune's
-    own chatter is off unless asked (:mod:`raysoft.quiet`)."""
+    own chatter is off unless asked (:mod:`raysoft.quiet`); ``progress`` talks while the trials run."""
     with quiet_ray():
-        _tune_trials(cfgs, reservation, max_concurrent, sweep_dir, runs, address, resuming)
+        _tune_trials(cfgs, reservation, max_concurrent, sweep_dir, runs, address, resuming, progress)
 
 
 def _tune_trials(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None,
-                 sweep_dir: Path, runs: Path, address: str | None, resuming: bool) -> None:
+                 sweep_dir: Path, runs: Path, address: str | None, resuming: bool, progress: Progress) -> None:
     from ray import tune
 
     from .backends.cluster import joined_cluster, local_cluster
@@ -400,7 +399,7 @@ def _tune_trials(cfgs: list[Config], reservation: list[dict[str, float]], max_co
                                           callbacks=[watch.callback]),
             )
         stop = _SweepStop()
-        with stop.catching():
+        with stop.catching(), progress:  # trials done / running / left and the best so far, once they start
             tuner.fit()
         if stop.signum is not None:
             done = sum((runs / f"trial-{i:03d}" / "summary.json").is_file() for i in range(len(cfgs)))
