@@ -9,6 +9,7 @@
                   [--long-run] [--timeout S] [--device cpu|cuda] [--gpu-share S]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
+    raysoft submit [--address http://HOST:8265] [--working-dir DIR] -- raysoft run CONFIG ...
     raysoft new NAME [--kind algorithm|dataset] [--out DIR]
     raysoft example [NAME|jobs] [--out DIR]
     raysoft --version
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one kind (default: all four)")
     ls.add_argument("names", nargs="*", metavar="NAME",
                     help="only these (built-in or registered names, or import paths module:Name)")
+    sub.add_parser("submit", help="run a command as a Ray Job, uploading the working directory: raysoft submit "
+                                  "[--address http://HOST:8265] [--working-dir DIR] -- raysoft run CONFIG ...",
+                   add_help=False)  # its arguments are raysoft.submit's own (raysoft submit --help)
     nw = sub.add_parser("new", help="a new project: a plug-in that already runs, its job YAML, a README, a test",
                         description="Write a folder NAME with NAME.py (a plug-in importing raysoft.sdk that already "
                                     "runs), job.yaml, README.md (the two commands) and test_NAME.py.")
@@ -230,11 +234,14 @@ def _writers(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command == "report":  # figures and summaries of finished runs (matplotlib)
-        return _report(args)
-    if args.command == "bench":  # raysoft against the bare loop and Flower
-        return _bench(args)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["submit"]:  # everything after it is raysoft.submit's (its entrypoint after --)
+        from .submit import main as submit_main
+
+        return submit_main(argv[1:], prog="raysoft submit")
+    args = build_parser().parse_args(argv)
+    if args.command in ("report", "bench"):  # figures of finished runs; raysoft against the bare loop and Flower
+        return _report(args) if args.command == "report" else _bench(args)
     try:
         if getattr(args, "token_file", None):
             from .backends import auth
