@@ -84,3 +84,17 @@ def test_a_new_dataset_project_passes_its_own_tests(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_data.py"],
                           cwd=here, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_plugin_docs_torch_check_prints_what_the_doc_says(tmp_path):
+    # the doc said `False 118565 kB` where the command printed another size
+    import re
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    command = next(line for line in doc.splitlines() if line.startswith('python -c "import sys; from raysoft.config'))
+    said = re.search(r"It printed `(False|True) (\d+) kB` here", doc)
+    assert said is not None
+    out = subprocess.run([sys.executable, "-c", command[len('python -c "'):-1]], capture_output=True, text=True,
+                         cwd=tmp_path, check=True).stdout.split()
+    assert out[0] == said.group(1) == "False" and out[2] == "kB"
+    assert abs(int(out[1]) - int(said.group(2))) < 0.2 * int(said.group(2))  # the RSS: not moved by sharing
