@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.fs as pafs
 
+from . import provenance
 from .backends import run_backend
 from .callbacks import Callbacks
 from .config import Config, ConfigError, load_config, load_saved_config, name_problem, parse_config
@@ -275,6 +276,7 @@ def _run_local(cfg: Config, progress: str | None, dir_name: str | None) -> RunRe
     with stop_on_signals():
         try:
             write_config(work, cfg.to_dict())
+            provenance.write(work, cfg)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -415,6 +417,9 @@ def resume(run_dir: str | Path, *, address: str | None = None, progress: str | N
         assert blob is not None
         run_id = blob["recorder"]["metrics"]["run_id"][0]
         where = resumed_from(blob, cfg)
+    other = provenance.on_resume(d, cfg)
+    if other:
+        sys.stderr.write(f"{cfg.algorithm.name}: {other}\n")
     if (progress or cfg.output.progress) != "none":
         sys.stderr.write(f"{cfg.algorithm.name}: resuming {d} {where}\n")
         sys.stderr.flush()

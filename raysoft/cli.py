@@ -9,6 +9,10 @@
                   [--long-run] [--timeout S] [--device cpu|cuda] [--gpu-share S]
     raysoft sweep SWEEP [--out DIR] [--address ADDR] | raysoft sweep --resume SWEEP_DIR
     raysoft list [algorithms|models|datasets|callbacks] [NAME ...]
+    raysoft submit [--address http://HOST:8265] [--working-dir DIR] -- raysoft run CONFIG ...
+    raysoft new NAME [--kind algorithm|dataset] [--out DIR]
+    raysoft example [NAME|jobs] [--out DIR]
+    raysoft --version
 
 ``run`` and ``compare`` call :func:`raysoft.run` and :func:`raysoft.compare.compare`; ``report``
 and ``bench`` call :func:`raysoft.report.main` and :func:`raysoft.bench.main` with the parsed
@@ -57,9 +61,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="raysoft", description="Soft- and hard-clustered federated learning on Ray.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="raysoft's version (and git commit in a checkout), Ray's, torch's and Python's")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one experiment")
-    r.add_argument("config", nargs="?", help="experiment YAML (see jobs/)")
+    r.add_argument("config", nargs="?", help="experiment YAML (raysoft example lists the shipped ones; jobs/NAME.yaml "
+                                           "is found from any folder; a config of {} runs on every default)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue a checkpointed run from its last checkpoint")
     add_overrides(r)
     r.add_argument("--out", help="output directory (overrides output.dir)")
@@ -78,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="figures and Markdown summaries of finished runs",
                         description="Figures and Markdown summaries of finished runs.", error_prefix="raysoft report")
     rp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                    help="run directories (as `raysoft run` prints), or `raysoft compare` directories (their runs)")
+                    help="run directories (as `raysoft run` prints), `raysoft compare` directories (their runs), "
+                         "or one `raysoft sweep` directory (its table and a figure of the metric over the grid)")
     rp.add_argument("--out", help="where comparison_report.md goes when several runs are given "
                                   "(default: the first run's parent directory)")
     b = sub.add_parser("bench", help="seconds per round against the bare loop, Flower and pfl",
@@ -123,9 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="one kind (default: all four)")
     ls.add_argument("names", nargs="*", metavar="NAME",
                     help="only these (built-in or registered names, or import paths module:Name)")
-    for p in (r, c, sw, ls):
+    sub.add_parser("submit", help="run a command as a Ray Job, uploading the working directory: raysoft submit "
+                                  "[--address http://HOST:8265] [--working-dir DIR] -- raysoft run CONFIG ...",
+                   add_help=False)  # its arguments are raysoft.submit's own (raysoft submit --help)
+    nw = sub.add_parser("new", help="a new project: a plug-in that already runs, its job YAML, a README, a test",
+                        description="Write a folder NAME with NAME.py (a plug-in importing raysoft.sdk that already "
+                                    "runs), job.yaml, README.md (the two commands) and test_NAME.py.")
+    nw.add_argument("name", metavar="NAME", help="the project and its module's name (a Python identifier)")
+    nw.add_argument("--kind", default="algorithm", choices=["algorithm", "dataset"],
+                    help="the plug-in to start from (default: %(default)s)")
+    nw.add_argument("--out", help="the folder to write (default: ./NAME)")
+    ex = sub.add_parser("example", help="list the jobs and examples shipped with raysoft, or write one out",
+                        description="Without NAME: the shipped jobs and examples. NAME: write example NAME "
+                                    "(a plug-in beside its job.yaml) into ./NAME; jobs: the job configs into ./jobs.")
+    ex.add_argument("name", nargs="?", metavar="NAME", help="an example's name, or jobs")
+    ex.add_argument("--out", help="the folder to write (default: ./NAME)")
+    for p in (r, c, sw, ls, nw, ex):
         add_traceback(p)
-    for p in (r, c, rp, b, sw, ls):
+    for p in (r, c, rp, b, sw, ls, nw, ex):
         p.set_defaults(subparser=p)
     return parser
 
@@ -154,23 +177,78 @@ def _bench(args: argparse.Namespace) -> int:
                       args.timeout, args.device, args.gpu_share)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command == "report":  # figures and summaries of finished runs (matplotlib)
-        from .report import main as report_main
+def _report(args: argparse.Namespace) -> int:
+    """``raysoft report``: runs and comparisons (:mod:`raysoft.report`), or one sweep directory
+    (its table and its figure of the metric over the grid, :mod:`raysoft.sweep_report`)."""
+    from .sweep_report import is_sweep_dir, report_sweep
 
-        return report_main(args.run_dirs, args.out)
-    if args.command == "bench":  # raysoft against the bare loop and Flower
-        return _bench(args)
+    if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]):
+        try:
+            written = report_sweep(args.run_dirs[0])
+        except RaysoftError as err:
+            sys.stderr.write(f"raysoft report: {error_line(err)}\n")
+            return exit_code(err)
+        print(written[0].read_text(), end="")
+        for path in written:
+            print(path)
+        return 0
+    from .report import main as report_main
+
+    return report_main(args.run_dirs, args.out)
+
+
+class _Version(argparse.Action):
+    """``--version``: computed when asked for (it may run git), printed, exit 0."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        from .provenance import version_line
+
+        print(version_line())
+        raise SystemExit(0)
+
+
+def _writers(args: argparse.Namespace) -> int:
+    """``raysoft list``, ``raysoft new`` and ``raysoft example`` (the folder written is the last
+    line on stdout)."""
+    if args.command == "list":
+        from .listing import main as list_main
+
+        return list_main(args.kind, args.names)
+    if args.command == "new":
+        from .scaffold import new_project
+
+        path = new_project(args.name, args.kind, args.out)
+        print(f"cd {path} && raysoft run job.yaml      # then: python -m pytest test_{args.name}.py")
+        print(path)
+        return 0
+    from .shipped import listing, write_out
+
+    if args.name is None:
+        print(listing(), end="")
+        return 0
+    path = write_out(args.name, args.out)
+    if args.name != "jobs":
+        print(f"cd {path} && raysoft run job.yaml      # its README.md says more")
+    print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["submit"]:  # everything after it is raysoft.submit's (its entrypoint after --)
+        from .submit import main as submit_main
+
+        return submit_main(argv[1:], prog="raysoft submit")
+    args = build_parser().parse_args(argv)
+    if args.command in ("report", "bench"):  # figures of finished runs; raysoft against the bare loop and Flower
+        return _report(args) if args.command == "report" else _bench(args)
     try:
         if getattr(args, "token_file", None):
             from .backends import auth
 
             auth.use_token_file(args.token_file)
-        if args.command == "list":
-            from .listing import main as list_main
-
-            return list_main(args.kind, args.names)
+        if args.command in ("new", "example", "list"):
+            return _writers(args)
         if args.command == "run":
             from .api import resume, run
 
@@ -200,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume and (args.sweep or args.out):
                 raise ConfigError("--resume takes the sweep directory only")
             path = sweep(args.sweep, out=args.out, address=args.address, resume=args.resume)
+            print((path / "sweep.md").read_text(), end="")
             print(path)
         elif args.command == "compare":
             from .compare import compare, resume_compare

@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +33,7 @@ import yaml
 from .api import _prepare_out, check_resources, is_uri, resume, run
 from .config import Config, ConfigError, parse_config
 from .interrupts import Interrupted, stop_on_signals
-from .plugins import is_stream_algorithm, settings_class, short_name
+from .plugins import is_stream_algorithm, registered, settings_class, short_name
 from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
 from .report.markdown import comparison_markdown
@@ -68,10 +69,26 @@ def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) ->
         section = {"name": real, **{k: v for k, v in given.items() if k in fields}}
         used |= section.keys()
         out[name] = parse_config({**base, "algorithm": section})
-    stray = sorted(set(given) - used)
-    if stray:
-        raise ConfigError(f"algorithm.{stray[0]}: none of {', '.join(algorithms)} has this key")
+    _drop_others(sorted(set(given) - used), algorithms)
     return out
+
+
+def _drop_others(stray: list[str], algorithms: list[str]) -> None:
+    """Keys of the section that no chosen algorithm has: those of another installed algorithm are
+    dropped with one line on stderr (a config for five algorithms runs for any subset); a key no
+    algorithm has is refused."""
+    if not stray:
+        return
+    others: set[str] = set()
+    for name in registered("algorithms"):
+        try:
+            others |= set(settings_class("algorithms", name).model_fields)
+        except ConfigError:  # a broken plug-in of another package says so where it is used
+            continue
+    unknown = [k for k in stray if k not in others]
+    if unknown:
+        raise ConfigError(f"algorithm.{unknown[0]}: none of {', '.join(algorithms)} has this key")
+    sys.stderr.write(f"--algorithms {','.join(algorithms)}: dropped the other algorithms' keys {', '.join(stray)}\n")
 
 
 STREAM_KEYS = ("cli_bfr", "cli_aft", "cluster_acc", "kl", "bytes_down_per_client", "bytes_up_per_client")

@@ -23,6 +23,7 @@ The protocols themselves are documented in ``docs/plugins.md``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata as md
 import inspect
@@ -147,6 +148,13 @@ def _import_attr(path: str, what: str) -> Any:
     return obj
 
 
+def did_you_mean(name: str, known: list[str]) -> str:
+    """`` (did you mean `x`?)`` for the known name nearest to a misspelled ``name`` (difflib, as
+    the config's keys say it), or ``""`` when none is near."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
 def target(kind: str, name: str) -> Any:
     """What ``name`` names in ``kind``, imported (not checked): a plug-in, or a declaration (a
     settings class whose ``implementation`` names the plug-in's code, imported later)."""
@@ -163,8 +171,8 @@ def target(kind: str, name: str) -> Any:
     else:
         table = registered(kind)
         if name not in table:
-            raise PluginError(f"unknown {word} {name!r} (known: {', '.join(sorted(table))}; or an import path "
-                              "package.module:Name)")
+            raise PluginError(f"unknown {word} {name!r}{did_you_mean(name, list(table))} (known: "
+                              f"{', '.join(sorted(table))}; or an import path package.module:Name)")
         obj = _import_attr(table[name].value, f"{what} (registered by {table[name].dist})")
     _TARGETS[key] = obj
     return obj

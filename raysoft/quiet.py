@@ -4,8 +4,11 @@ raysoft says what a run or a sweep does in its own lines; around them Ray logs e
 it builds and pushes (``packaging.py``: dozens of INFO lines for a Ray Job's working directory),
 and Tune warns that TensorboardX is missing, prints its experiment table on stdout and, on
 Ctrl-C, offers its own ``Tuner.restore(...)`` where ``raysoft sweep --resume`` is the command to
-use. :func:`quiet_ray` silences exactly those while its block runs; Ray's warnings and errors
-about anything else still come through. ``RAYSOFT_RAY_LOGS=1`` keeps everything.
+use; a Ray Job's submission warns that ``.git`` is "now ignored" (raysoft excludes it anyway),
+its logs carry the job manager's own INFO lines and the client says "WebSocket closed" at their
+end. :func:`quiet_ray` silences exactly those while its block runs (:func:`job_lines` the job
+manager's); Ray's warnings and errors about anything else still come through.
+``RAYSOFT_RAY_LOGS=1`` keeps everything.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,6 +27,8 @@ INFO_LOGGERS = ("ray._private.runtime_env", "ray.dashboard.modules.dashboard_sdk
 """Loggers whose INFO lines (file packages built and pushed) are chatter: WARNING and above only."""
 
 DROPPED = {
+    # a Ray Job's working directory: .git and friends are skipped as raysoft's own excludes ask
+    "ray._private.runtime_env.working_dir": ("is now ignored by default",),
     "ray.tune.utils.callback": ("TensorboardX logger cannot be instantiated",),
     "ray.tune.tune": ("Stop signal received", "Tuner.restore", "Trials did not complete"),
     "ray.tune.analysis.experiment_analysis": ("Failed to fetch metrics",),
@@ -31,6 +37,19 @@ DROPPED = {
 
 ENVIRONMENT = {"RAY_AIR_NEW_OUTPUT": "0"}
 """Tune's legacy reporter, which verbose=0 silences (the new one prints its experiment table)."""
+
+
+JOB_CHATTER = re.compile(r"^\S+ \S+\s+INFO job_manager\.py:\d+ -- ")
+"""A Ray Job's log line from Ray's job manager (``... INFO job_manager.py:581 -- Runtime env is
+setting up.``), not from the job: left out of the logs ``raysoft run --address http://...``
+follows (:func:`job_lines`)."""
+
+
+def job_lines(text: str) -> str:
+    """A chunk of a Ray Job's logs without the job manager's INFO lines (all kept when :func:`asked`)."""
+    if asked():
+        return text
+    return "".join(line for line in text.splitlines(keepends=True) if not JOB_CHATTER.match(line))
 
 
 def asked() -> bool:

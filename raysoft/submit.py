@@ -1,5 +1,6 @@
 """Submit a raysoft experiment as a Ray Job, follow its logs, exit with the job's outcome.
 
+    raysoft submit --address http://127.0.0.1:8265 -- raysoft run jobs/fedsoft_synthetic.yaml
     .venv/bin/python jobs/submit.py --address http://127.0.0.1:8265 -- raysoft run jobs/fedsoft_synthetic.yaml
     raysoft run jobs/fedsoft_synthetic.yaml --address http://127.0.0.1:8265      (the same, via the CLI)
 
@@ -43,7 +44,7 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
     from .backends import auth
     from .backends.join import probe
     from .errors import JoinError, first_line
-    from .quiet import quiet_ray
+    from .quiet import job_lines, quiet_ray
 
     probe(address, join_timeout_s)
     auth.prepare(address)  # the cluster's token goes with every request, or a one-line refusal
@@ -66,10 +67,11 @@ def submit(address: str, entrypoint: list[str], runtime_env: str | None = None, 
 
     async def tail() -> None:
         async for lines in client.tail_job_logs(job):
-            sys.stdout.write(lines)
+            sys.stdout.write(job_lines(lines))  # the job's own lines, not Ray's job manager's
             sys.stdout.flush()
 
-    asyncio.run(tail())
+    with quiet_ray():  # the client's "WebSocket closed" at the end of the logs
+        asyncio.run(tail())
     info = client.get_job_info(job)
     if info.status == JobStatus.SUCCEEDED:
         print(f"job {job}: {info.status}", file=sys.stderr)
@@ -142,8 +144,9 @@ def failure_line(job: str, status: str, error_type: str | None, message: str | N
     return text + (f"; its last log line: {one_line(last[-1])}" if last else "; it wrote no log")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``raysoft submit`` (and jobs/submit.py): submit the entrypoint after ``--`` as a Ray Job."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--address", default="http://127.0.0.1:8265", help="the cluster's dashboard/Jobs address")
     ap.add_argument("--runtime-env", default=None, help="default: jobs/runtime_env.yaml of the working dir")
     ap.add_argument("--working-dir", default=None, help="default: the current directory")
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     entry = [a for a in args.entrypoint if a != "--"]
     if not entry:
-        sys.stderr.write("submit: give the entrypoint after --, e.g. -- raysoft run jobs/fedsoft_synthetic.yaml\n")
+        sys.stderr.write(f"{ap.prog}: give the entrypoint after --, e.g. -- raysoft run jobs/fedsoft_synthetic.yaml\n")
         return 2
     from .errors import RaysoftError, error_line, exit_code
 

@@ -18,7 +18,11 @@ those bundles (``ray.placement: trial``), so trials share a cluster without taki
 resources. The trial's run directory is ``<sweep>/runs/trial-<i>`` (an ordinary run directory);
 ``sweep.parquet`` has one row per trial: its index, its grid values, its run directory, every
 scalar of its ``summary.json`` (nested keys joined with ``.``) and the final evaluation's
-cluster metrics (``final.<metric>.c<center>.d<distribution>``). ``raysoft sweep --resume DIR``
+cluster metrics (``final.<metric>.c<center>.d<distribution>``), and its score, the best center's
+metric averaged over the distributions (``best_center.<metric>``); ``sweep.md`` is their table
+(printed at the end, as ``raysoft compare`` prints its own), and while the trials run one line on
+stderr says how many are done, running and left, and the best so far (:mod:`raysoft.sweep_report`).
+``raysoft sweep --resume DIR``
 continues a stopped or failed sweep: finished trials keep their runs, a trial with a checkpoint
 (``output.checkpoint_every`` in the base config) continues from it, the others run again. A
 stopped or failed sweep deletes no finished or checkpointed trial; Ctrl-C says how many trials
@@ -53,6 +57,7 @@ from .errors import RunStopped
 from .interrupts import Interrupted
 from .quiet import quiet_ray
 from .results import atomic_path
+from .sweep_report import TABLE, Progress, score, table
 
 SPEC = "sweep.yaml"  # the resolved sweep, in the sweep directory
 
@@ -213,16 +218,20 @@ def sweep(spec_path: str | Path | None = None, out: str | Path | None = None, ad
         sys.stderr.write(f"sweep: resuming {sweep_dir}: {resume_plan(runs, cfgs)}\n")
         sys.stderr.flush()
     _tune(cfgs, bundles(cfgs[0], actors), spec.trial.max_concurrent, sweep_dir, runs,
-          address or cfgs[0].ray.address, resume is not None)
+          address or cfgs[0].ray.address, resume is not None, Progress(runs, points))
     rows = []
     for i, point in enumerate(points):
         run_dir = runs / f"trial-{i:03d}"
         summary = json.loads((run_dir / "summary.json").read_text())
+        scored = score(summary)
         rows.append({"trial": i, **{f"grid.{k}": _cell(v) for k, v in point.items()}, "run_dir": str(run_dir),
+                     **({f"best_center.{scored[0]}": scored[1]} if scored else {}),
                      **_flatten(summary), **final_metrics(run_dir)})
     df = pd.DataFrame(rows)
     with atomic_path(sweep_dir / "sweep.parquet") as tmp:
         df.to_parquet(tmp, index=False)
+    with atomic_path(sweep_dir / TABLE) as tmp:
+        tmp.write_text(table(df))
     return sweep_dir
 
 
@@ -342,16 +351,16 @@ class _SweepStop:
 
 
 def _tune(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None, sweep_dir: Path,
-          runs: Path, address: str | None, resuming: bool) -> None:
+          runs: Path, address: str | None, resuming: bool, progress: Progress) -> None:
     """Run the trials on Ray Tune (refusing a reservation the cluster can never hold, before a
     local Ray starts); a trial that did not finish stops the sweep, resumable. Ray's and Tune's
-    own chatter is off unless asked (:mod:`raysoft.quiet`)."""
+    own chatter is off unless asked (:mod:`raysoft.quiet`); ``progress`` talks while the trials run."""
     with quiet_ray():
-        _tune_trials(cfgs, reservation, max_concurrent, sweep_dir, runs, address, resuming)
+        _tune_trials(cfgs, reservation, max_concurrent, sweep_dir, runs, address, resuming, progress)
 
 
 def _tune_trials(cfgs: list[Config], reservation: list[dict[str, float]], max_concurrent: int | None,
-                 sweep_dir: Path, runs: Path, address: str | None, resuming: bool) -> None:
+                 sweep_dir: Path, runs: Path, address: str | None, resuming: bool, progress: Progress) -> None:
     from ray import tune
 
     from .backends.cluster import joined_cluster, local_cluster
@@ -390,7 +399,7 @@ def _tune_trials(cfgs: list[Config], reservation: list[dict[str, float]], max_co
                                           callbacks=[watch.callback]),
             )
         stop = _SweepStop()
-        with stop.catching():
+        with stop.catching(), progress:  # trials done / running / left and the best so far, once they start
             tuner.fit()
         if stop.signum is not None:
             done = sum((runs / f"trial-{i:03d}" / "summary.json").is_file() for i in range(len(cfgs)))

@@ -29,10 +29,26 @@ def test_bad_algorithm_lists():
     cfg = small_config(algorithm={"name": "fedsoft", "estimation_interval": 3})
     with pytest.raises(ConfigError, match="unknown algorithm 'fedx'"):
         algorithm_configs(cfg, ["fedsoft", "fedx"])
-    with pytest.raises(ConfigError, match="algorithm.estimation_interval: none of ifca, fedavg has this key"):
-        algorithm_configs(cfg, ["ifca", "fedavg"])
+    with pytest.raises(ConfigError, match="algorithm.estimation_intervall: none of ifca, fedavg has this key"):
+        algorithm_configs(small_config(algorithm={"estimation_intervall": 3}), ["ifca", "fedavg"])
     with pytest.raises(ConfigError, match="algorithm.rounds: Input should be greater than or equal to 1"):
         algorithm_configs(small_config(algorithm={"rounds": 0}), ["fedavg"])
+
+
+def test_a_comparison_config_runs_for_any_subset_of_its_algorithms(capsys):
+    # issue #55: `--algorithms fedsoft,fedavg` on jobs/compare_fmnist.yaml was refused
+    # ("algorithm.init_threshold: none of fedsoft, fedavg has this key")
+    from support.paths import JOBS
+
+    from raysoft.config import load_raw
+
+    raw = load_raw(JOBS / "compare_fmnist.yaml")
+    assert "init_threshold" in raw["algorithm"]
+    cfgs = algorithm_configs(raw, ["fedsoft", "fedavg"])
+    assert sorted(cfgs) == ["fedavg", "fedsoft"] and not hasattr(cfgs["fedavg"].algorithm, "init_threshold")
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("--algorithms fedsoft,fedavg: dropped the other algorithms' keys ")
+    assert "init_threshold" in line and "\n" not in line
 
 
 def test_each_algorithm_runs_in_its_own_regime():

@@ -12,12 +12,22 @@ def test_lines_name_the_algorithm_and_the_eta_ignores_start_up(monkeypatch):
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     out = io.StringIO()
     bar = Progress(10, "lines", stream=out, label="fedsoft")
-    bar({"round": 0, "headline": {"mse[0]": 1.0}})
-    bar({"round": 1, "headline": {"mse[0]": 0.5}})
+    bar({"round": 0, "headline": {"best center mse dist 0": 445.0, "dist 1": 363.25}})
+    bar({"round": 1, "headline": {"best center mse dist 0": 0.5, "dist 1": 12.0}})
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("fedsoft round 0/10  elapsed 0m30s  ETA 0m00s")
+    # no ETA before a round has been timed (it said ETA 0m00s); every figure in one format (445 beside 363.3)
+    assert lines[0] == "fedsoft round 0/10  elapsed 0m30s  best center mse dist 0 445.0  dist 1 363.2"
     # 2 s for the one round since the first report, 9 rounds left: 18 s (not 32 s / round)
-    assert lines[1].startswith("fedsoft round 1/10  elapsed 0m32s  ETA 0m18s  mse[0] 0.5")
+    assert lines[1] == "fedsoft round 1/10  elapsed 0m32s  ETA 0m18s  best center mse dist 0 0.5  dist 1 12.0"
+
+
+def test_the_figures_say_what_they_are_in_rounds_and_streams_alike():
+    from raysoft.progress import _fmt_headline
+
+    assert _fmt_headline({"cluster accuracy dist 0": 0.8125, "dist 1": 0.79, "local models accuracy": 0.75}) == (
+        "cluster accuracy dist 0 81.2%  dist 1 79.0%  local models accuracy 75.0%")
+    assert _fmt_headline({"best center mse dist 0": 269.81, "local models mse": 0.01234}) == (
+        "best center mse dist 0 269.8  local models mse 0.0123")
 
 
 def test_rounds_without_a_headline_print_nothing_in_lines_mode():

@@ -78,3 +78,72 @@ def test_run_with_a_jobs_address_submits_its_words_once_quoted(monkeypatch, tmp_
     assert rc == 0
     assert sent == [["raysoft", "run", "jobs/fedsoft_synthetic.yaml", "--set", "output.dir=my runs",
                      "--out", str(ROOT / "my runs")]]
+
+
+def test_raysoft_submit_is_a_command(monkeypatch):
+    # docs/plugins.md said "`raysoft submit` uploads its working directory": invalid choice: 'submit'
+    import raysoft.submit
+    from raysoft.cli import main
+
+    sent: list[tuple] = []
+    monkeypatch.setattr(raysoft.submit, "submit", lambda address, entry, *a: sent.append((address, entry, a)) or 0)
+    assert main(["submit", "--address", LOCAL, "--working-dir", "here", "--", "python", "-c", "print(1)"]) == 0
+    assert sent == [(LOCAL, ["python", "-c", "print(1)"], (None, "here", None, True, 30.0))]
+
+
+def test_a_submission_follows_the_jobs_own_lines_without_rays(monkeypatch, capsys):
+    # every Job printed Ray's "Directory '.git' is now ignored" (twice), its job manager's INFO lines
+    # and "INFO sdk.py:520 -- WebSocket closed"
+    import logging
+
+    import ray.job_submission
+
+    import raysoft.backends.auth
+    import raysoft.backends.join
+    from raysoft import quiet
+    from raysoft.submit import submit
+
+    monkeypatch.delenv(quiet.ASK, raising=False)
+    said: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    catch = Catch(logging.DEBUG)
+    for name in ("ray._private.runtime_env.working_dir", "ray.dashboard.modules.job.sdk"):
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.INFO)
+        logging.getLogger(name).addHandler(catch)
+
+    class Client:
+        def __init__(self, address):
+            pass
+
+        def submit_job(self, **kw):
+            logging.getLogger("ray._private.runtime_env.working_dir").warning(
+                "Directory %r is now ignored by default when packaging the working directory.", ".git")
+            return "raysoft-job-1"
+
+        async def tail_job_logs(self, job):
+            yield ("2026-12-07 03:00:00,001\tINFO job_manager.py:581 -- Runtime env is setting up.\n"
+                   "fedsoft round 0/4  elapsed 0m01s  best center mse dist 0 12.0\n")
+            logging.getLogger("ray.dashboard.modules.job.sdk").info("WebSocket closed for job raysoft-job-1")
+
+        def get_job_info(self, job):
+            return type("Info", (), {"status": ray.job_submission.JobStatus.SUCCEEDED})()
+
+    monkeypatch.setattr(raysoft.backends.join, "probe", lambda *a: None)
+    monkeypatch.setattr(raysoft.backends.auth, "prepare", lambda *a: None)
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", Client)
+    try:
+        assert submit(LOCAL, ["raysoft", "run", "job.yaml"], runtime_env="/nonexistent") == 0
+        assert capsys.readouterr().out == "fedsoft round 0/4  elapsed 0m01s  best center mse dist 0 12.0\n"
+        assert said == []
+        monkeypatch.setenv(quiet.ASK, "1")  # the documented switch keeps them
+        assert submit(LOCAL, ["raysoft", "run", "job.yaml"], runtime_env="/nonexistent") == 0
+        assert "INFO job_manager.py:581" in capsys.readouterr().out
+        assert said == ["Directory '.git' is now ignored by default when packaging the working directory.",
+                        "WebSocket closed for job raysoft-job-1"]
+    finally:
+        for name in ("ray._private.runtime_env.working_dir", "ray.dashboard.modules.job.sdk"):
+            logging.getLogger(name).removeHandler(catch)

@@ -58,9 +58,15 @@ def test_a_run_outside_a_trial_cannot_ask_for_the_trials_bundles(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_two_by_two_sweep_runs_four_trials_and_writes_its_table(tmp_path, ray_session):
+def test_a_two_by_two_sweep_runs_four_trials_and_writes_its_table(tmp_path, ray_session, capsys):
     path = sweep(write_sweep(tmp_path), out=tmp_path / "out")
     table = pd.read_parquet(path / "sweep.parquet")
+    # it says how far it is while the trials run (it was silent), and writes a table like compare's
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: ")]
+    assert said[0] == "sweep: 0 of 4 trials done, 0 running, 4 left"
+    assert said[-1].startswith("sweep: 4 of 4 trials done, 0 running, 0 left; best so far: trial ")
+    assert table["best_center.mse"].notna().all()
+    assert (path / "sweep.md").read_text().startswith("# Sweep: 4 trials")
     assert list(table.trial) == [0, 1, 2, 3]
     assert list(table["grid.seed"]) == [0, 1, 0, 1]
     assert list(table["grid.algorithm.prox_weight"]) == [0.1, 0.1, 1.0, 1.0]

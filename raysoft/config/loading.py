@@ -4,6 +4,7 @@ into a :class:`~raysoft.config.Config`, every refusal a one-line :class:`ConfigE
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,13 +86,26 @@ def load_saved_config(path: str | Path) -> Config:
     return parse_config(raw)
 
 
+def _shipped_copy(p: Path) -> Path:
+    """A ``jobs/...`` or ``examples/...`` path missing from the current folder: the copy that ships
+    with raysoft (one line on stderr says so), else ConfigError."""
+    from ..shipped import shipped_config
+
+    found = shipped_config(p)
+    if found is None:
+        raise ConfigError(f"config file {str(p)!r} not found")
+    sys.stderr.write(f"raysoft: {p} is not in this folder: reading the one shipped with raysoft "
+                     f"(raysoft example jobs writes them here)\n")
+    return found
+
+
 def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Read a YAML config and apply overrides, without validating it."""
     raw: Any = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} not found")
+            p = _shipped_copy(p)
         try:
             raw = load_yaml(p.read_text()) or {}
         except yaml.YAMLError as err:

@@ -43,7 +43,7 @@ def _share(value: Any) -> str:
 def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[str, str]) -> str:
     """The Markdown summary of one run (``figures``: name -> file written; ``skipped``: name ->
     reason): its facts, the stream's accuracy table, the distributions' table, notes, figures."""
-    lines = [f"# {run.algorithm}: {run.name}", "", _facts(run), ""]
+    lines = [f"# {run.algorithm}: {run.name}", "", _facts(run), ""] + provenance_lines(run.path)
     if run.is_stream:
         lines += _stream_table(run.summary)
     lines += _distribution_table(run)
@@ -70,6 +70,27 @@ def _facts(run: RunData) -> str:
     better = "lower" if run.lower_is_better else "higher"
     facts.append(f"headline metric {run.metric} ({better} is better)")
     return ", ".join(facts) + "."
+
+
+def provenance_lines(run_dir: Path) -> list[str]:
+    """What made the run (its provenance.json, raysoft.provenance): versions, machine, device, and
+    each machine that resumed it; nothing for a run from before it was recorded."""
+    from ..provenance import read
+
+    p = read(run_dir)
+    if p is None:
+        return []
+
+    def made(p: dict[str, Any]) -> str:
+        commit = f" (commit {str(p['commit'])[:12]})" if p.get("commit") else ""
+        gpus = ", ".join(p.get("gpus") or []) or "no GPU"
+        return (f"raysoft {p.get('raysoft')}{commit}, Ray {p.get('ray')}, torch {p.get('torch')}, Python "
+                f"{p.get('python')}; {p.get('cpus')} × {p.get('cpu')}, {gpus}; clients on {p.get('device_used')} "
+                f"(train.device {p.get('device')}, backend {p.get('backend')})")
+
+    lines = [f"Made with {made(p)}."]
+    lines += [f"Resumed with {made(r)}." for r in p.get("resumes", [])]
+    return lines + [""]
 
 
 def _stream_table(s: dict[str, Any]) -> list[str]:

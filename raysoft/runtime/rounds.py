@@ -19,7 +19,7 @@ from ..config import Config
 from ..data import Federation
 from ..errors import PluginFailure, UpdateError, plugin_call
 from ..evaluation import summarize
-from ..metrics import HEADLINE, LOWER_IS_BETTER
+from ..metrics import HEADLINE, LOWER_IS_BETTER, headline_dists
 from ..models import build_model
 from ..tree import leaves
 from .clock import RoundClock
@@ -142,9 +142,9 @@ class RoundCoordinator(CoordinatorBase):
         head = {}
         if scores.shape[1]:
             best = scores.min(axis=1) if LOWER_IS_BETTER[self.metric] else scores.max(axis=1)
-            head = {f"{self.metric}[{s}]": float(v) for s, v in enumerate(best)}
+            head = headline_dists(f"best center {self.metric}", best)
         if self.metric in self.local_means:
-            head[f"local {self.metric}"] = self.local_means[self.metric]
+            head[f"local models {self.metric}"] = self.local_means[self.metric]
         return head
 
     # ------------------------------------------------------------------ client calls

@@ -35,6 +35,7 @@ from ..config import Config
 from ..data.drift import DriftingImages
 from ..errors import plugin_call
 from ..evaluation import summarize, weight_error
+from ..metrics import headline_dists
 from ..models import build_model
 from ..rng import numpy_rng
 from .recording import CoordinatorBase
@@ -110,9 +111,9 @@ class StreamCoordinator(CoordinatorBase):
             self._count("forward", scores.shape[1] * sum(len(y) for _, y in self.holdouts))
             self.center_scores = scores
             self.cluster_history.append(float(np.mean(np.diag(scores))))
-            head = {f"acc[{s}]": float(scores[s, s]) for s in range(scores.shape[0])}
-        if self.means["accuracy_before"]:
-            head["cli bfr"] = float(np.mean(self.means["accuracy_before"][-50:]))
+            head = headline_dists("cluster accuracy", np.diag(scores))
+        if self.means["accuracy_before"]:  # the local models at their uploads (the CCFL paper's Cli Bfr), the last 50
+            head["local models accuracy"] = float(np.mean(self.means["accuracy_before"][-50:]))
         return head
 
     def _apply(self, m: int, up: dict[str, Any]) -> None:

@@ -161,7 +161,8 @@ def test_evaluation_at_round_0_every_eval_every_rounds_and_at_the_last_and_done_
     m = coord.recorder.columns["metrics"]
     rows = [(s, e, v) for s, e, sc, v in zip(m["step"], m["entity"], m["scope"], m["value"]) if sc == "client"]
     assert rows == [(t, k, 100.0 * t + k) for t in (0, 2, 4, 5) for k in range(10)]
-    assert infos[2]["headline"]["local mse"] == 204.5
+    assert infos[2]["headline"]["local models mse"] == 204.5
+    assert list(infos[2]["headline"])[:2] == ["best center mse dist 0", "dist 1"]  # it said mse[0], mse[1]
     # every center on both holdout sets at each evaluation
     cluster = {s for s, sc in zip(m["step"], m["scope"]) if sc == "cluster"}
     assert cluster == {0, 2, 4, 5}
