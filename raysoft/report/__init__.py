@@ -80,21 +80,30 @@ from .analysis import (
     true_shares,
     upload_cycles,
 )
-from .driver import compare_runs, main, report, report_dir, report_run
+from .driver import compare_runs, comparison_figures, main, report, report_dir, report_run
 from .figures import (
     COMPARISON_FILES,
     FIGURE_FILES,
     plot_center_metric,
+    plot_client_cdf_comparison,
+    plot_client_metrics,
+    plot_clustering,
+    plot_clustering_comparison,
     plot_clusters,
     plot_comparison,
     plot_final_weights,
+    plot_global_metric,
     plot_kl_comparison,
+    plot_metric_vs_bytes,
+    plot_metric_vs_bytes_comparison,
+    plot_staleness,
     plot_stream_accuracy,
     plot_weights_by_group,
     save_figure,
 )
 from .load import REQUIRED, ReportError, RunData, load_run
 from .markdown import comparison_markdown, run_markdown
+from .shape import Shape, describe
 
 __all__ = [
     "COMPARISON_FILES",
@@ -104,9 +113,12 @@ __all__ = [
     "SHARE_BINS",
     "ReportError",
     "RunData",
+    "Shape",
     "best_center_series",
     "compare_runs",
+    "comparison_figures",
     "comparison_markdown",
+    "describe",
     "final_weights",
     "first_center",
     "load_run",
@@ -117,10 +129,18 @@ __all__ = [
     "mixture_drifts",
     "mixture_groups",
     "plot_center_metric",
+    "plot_client_cdf_comparison",
+    "plot_client_metrics",
+    "plot_clustering",
+    "plot_clustering_comparison",
     "plot_clusters",
     "plot_comparison",
     "plot_final_weights",
+    "plot_global_metric",
     "plot_kl_comparison",
+    "plot_metric_vs_bytes",
+    "plot_metric_vs_bytes_comparison",
+    "plot_staleness",
     "plot_stream_accuracy",
     "plot_weights_by_group",
     "report",
