@@ -306,18 +306,17 @@ def cumulative_bytes(run: RunData) -> pd.DataFrame:
 
 
 def bytes_at(run: RunData, steps: Sequence[int]) -> np.ndarray:
-    """The cumulative bytes (down + up) spent by the evaluation at each of ``steps``: every round
-    before it (a round t is recorded at step t and evaluated at step t + 1) or, in a stream, every
-    upload up to it (upload t is step t)."""
+    """The cumulative bytes (down + up) spent by the evaluation at each of ``steps``: comm.parquet's
+    rows up to that step (a round's rows are filed under its number counted from 1, the step of
+    the evaluation after it; a stream's under the upload's step)."""
     cum = cumulative_bytes(run)
     if cum.empty:
         return np.zeros(len(steps))
-    offset = 0 if run.is_stream else 1
     idx = cum.index.to_numpy()
     tot = cum.total.to_numpy()
     out = []
     for s in steps:
-        i = np.searchsorted(idx, s - offset, side="right")
+        i = np.searchsorted(idx, s, side="right")
         out.append(float(tot[i - 1]) if i else 0.0)
     return np.asarray(out)
 
