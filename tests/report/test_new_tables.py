@@ -68,9 +68,10 @@ def _client_rows(offset=0.0):
 
 
 def _comm_rows(per_client_down=100, per_client_up=50):
-    """Rounds 0..3 (recorded at steps 0..3), every client receiving and sending."""
+    """Rounds 1..4 (a round's rows at its number counted from 1, the step of the evaluation after
+    it), every client receiving and sending."""
     return [{"step": t, "client": k, "direction": direction, "bytes": size}
-            for t in range(4) for k in range(CLIENTS)
+            for t in range(1, 5) for k in range(CLIENTS)
             for direction, size in (("down", per_client_down), ("up", per_client_up))]
 
 
@@ -147,7 +148,7 @@ def test_metric_against_cumulative_bytes(tmp_path):
     fig = rp.plot_metric_vs_bytes(run)
     metric, sent = fig.axes
     x, y = _lines(metric)["metric"]
-    # evaluation at step s follows rounds 0..s-1: 4 clients x 150 bytes a round
+    # the evaluation at step s follows rounds 1..s: 4 clients x 150 bytes a round
     np.testing.assert_array_equal(x, [0, 2 * 600, 4 * 600])
     np.testing.assert_allclose(y, [0.5 + 0.15 + 0.01 * s for s in STEPS])
     lines = _lines(sent)
