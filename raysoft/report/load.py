@@ -51,7 +51,7 @@ class RunData:
     @cached_property
     def shape(self) -> Shape:
         """What the run's algorithm has (:mod:`.shape`): what the report draws and says."""
-        return describe(self)
+        return describe(self.metrics, self.weights, self.assignments, self.is_stream, self.summary_matching)
 
     @property
     def name(self) -> str:

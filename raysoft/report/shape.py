@@ -23,13 +23,10 @@ Nothing here asks the algorithm: a run directory is read without importing its p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
-
-if TYPE_CHECKING:
-    from .load import RunData
 
 Models = Literal["none", "global", "clusters"]
 Clustering = Literal["none", "hard", "soft"]
@@ -74,25 +71,26 @@ def hard_weights(weights: pd.DataFrame) -> bool:
     return bool((weights.groupby(["step", "client"]).estimate.sum() == 1.0).all())
 
 
-def _clustering(run: RunData) -> Clustering:
-    if run.is_stream:  # a stream's weights are per-upload mixture estimates
-        return "soft" if not run.weights.empty else "none"
-    if hard_weights(run.weights) or (run.assignments is not None and not run.assignments.empty):
+def _clustering(weights: pd.DataFrame, assignments: pd.DataFrame | None, stream: bool) -> Clustering:
+    if stream:  # a stream's weights are per-upload mixture estimates
+        return "soft" if not weights.empty else "none"
+    if hard_weights(weights) or (assignments is not None and not assignments.empty):
         return "hard"
-    return "soft" if not run.weights.empty else "none"
+    return "soft" if not weights.empty else "none"
 
 
-def describe(run: RunData) -> Shape:
-    """The :class:`Shape` of ``run``."""
-    m = run.metrics
+def describe(metrics: pd.DataFrame, weights: pd.DataFrame, assignments: pd.DataFrame | None, stream: bool,
+             summary_matching: dict[int, int] | None) -> Shape:
+    """The :class:`Shape` of a run with these tables (``RunData.shape`` passes its own), a stream
+    or not, and its summary's matching of distributions to centers."""
+    m = metrics
     cluster = m[m.scope == "cluster"]
     models = _models(cluster)
     counts = cluster.groupby("step").entity.nunique().sort_index() if not cluster.empty else pd.Series(dtype=int)
     centers = {int(s): int(n) for s, n in counts.items()}
     steps = list(centers)
     changes = tuple(b for a, b in zip(steps, steps[1:]) if centers[a] != centers[b]) if models == "clusters" else ()
-    stream = run.is_stream
-    identity = run.summary_matching is not None and all(d == c for d, c in run.summary_matching.items())
-    by_construction = stream and models == "clusters" and identity and not run.weights.empty
-    return Shape(stream=stream, models=models, clustering=_clustering(run), centers=centers, changes=changes,
-                 by_construction=by_construction)
+    identity = summary_matching is not None and all(d == c for d, c in summary_matching.items())
+    by_construction = stream and models == "clusters" and identity and not weights.empty
+    return Shape(stream=stream, models=models, clustering=_clustering(weights, assignments, stream), centers=centers,
+                 changes=changes, by_construction=by_construction)
