@@ -238,7 +238,10 @@ def _run_all(d: Path, configs: dict[str, Config], labels: dict[str, str], progre
                 runs.append(load_run(_run_one(d, c, labels[algo], progress, address)))
                 rows += _row(algo, runs[-1])
             pd.DataFrame(rows).to_parquet(d / "comparison.parquet", index=False)
-            _write_atomic(d / "comparison.md", comparison_markdown(runs, d))  # last: the comparison is complete
+            from .report.driver import comparison_figures  # matplotlib, only once there is something to draw
+
+            figures = comparison_figures(runs, d)  # each only where some run has what it shows
+            _write_atomic(d / "comparison.md", comparison_markdown(runs, d, figures))  # last: the comparison is done
         except BaseException as err:
             done, resumable = _kept(d, labels)
             if fresh and not done and not resumable:  # nothing to keep: the run said what it removed

@@ -83,7 +83,8 @@ def test_bad_regimes_are_one_line_errors(regimes, message):
 def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     path = compare(small_config(), ["fedsoft", "ifca", "fedem", "fedavg", "local"], out=tmp_path)
     assert sorted(p.name for p in path.iterdir()) == [
-        "compare.yaml", "comparison.md", "comparison.parquet", "fedavg", "fedem", "fedsoft", "ifca", "local"]
+        "compare.yaml", "comparison.md", "comparison.parquet", "comparison_center_metric.png", "fedavg", "fedem",
+        "fedsoft", "ifca", "local"]  # the figures: only what some run has (no clustering, client or comm tables here)
     t = pd.read_parquet(path / "comparison.parquet")
     assert set(t.algorithm) == {"fedsoft", "ifca", "fedem", "fedavg", "local"}
     assert len(t[t.algorithm == "fedsoft"]) == 2  # one row per distribution
@@ -94,7 +95,9 @@ def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     md = (path / "comparison.md").read_text()
     assert "| fedsoft |" in md and "c*[0]" in md and "w̄" in md
     # the one comparison writer, raysoft report's (no report.md in the runs yet: no links)
-    assert md == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path)
+    figures = {"center_metric": path / "comparison_center_metric.png"}
+    assert md == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path, figures)
+    assert "](comparison_center_metric.png)" in md
     fedem_row = next(line for line in md.splitlines() if line.startswith("| fedem |"))
     assert f"{fem.local_mean_mixture:.2f}" in fedem_row  # FedEM's pi-mixture in its own column
     soft = t[t.algorithm == "fedsoft"].iloc[0]  # the regime each ran with, in both outputs

@@ -29,11 +29,29 @@ Into every run directory (PNG, drawn headless with matplotlib's Agg canvas):
   models on their own distribution at cycle = step / clients (the average number of cycles done
   by then; clients = those that uploaded); a grey step line on the right axis counts the clients
   that reached each cycle (fast clients reach more cycles, so the tail averages few clients).
+* ``staleness.png`` (streams that record a staleness: client rows or diagnostics named
+  ``staleness``): every upload's staleness t - tau against t with its running mean, and the
+  server's version t after each upload against virtual time with the version tau it was trained
+  from.
+* ``clustering.png`` (clustering.parquet): ARI, NMI, mixture error and the clients that moved,
+  over the evaluations, one line per clustering.
+* ``client_metrics.png`` (client_metrics.parquet): the trained clients' personalised metric
+  over the evaluations (mean, median, p10-p90) and its CDF at the last one, held-out clients
+  apart.
+* ``metric_vs_bytes.png`` (comm.parquet): the mean personalised metric against the cumulative
+  bytes, and the bytes down and up over the steps.
 * ``report.md``: algorithm, rounds, the best center of each distribution and its metric, the
   weight MAE, ARI and number of clusters where present, the local models' means, for stream
   runs the summary's Cli Bfr / Cli Aft / Cluster / KL (and bytes downloaded per client), and the
   figures (and why any was skipped: no importance weights, e.g. FedAvg and Local; no centers,
   Local; a stream whose clients' mixtures drift has no groups for Figure 1's bottom).
+
+What a run has decides what is drawn and said (:mod:`.shape`, read from the tables alone): one
+global model (FedAvg; a stream plug-in whose center rows are one model repeated) is drawn as one
+model on every distribution, with no centers, matching or weights; a hard clustering's weights
+are drawn as the share of each group in each center; where the number of centers changes (CFL,
+FPFC) a center's line breaks unless its clients stayed the same; weights hold until the next
+record, so their lines are carried to the run's last round; every title is wrapped to fit.
 
 A ``raysoft compare`` directory (comparison.md and one run directory per algorithm) stands for
 the runs inside it. Given several run directories, also into ``out`` (default: the first run's
@@ -42,13 +60,19 @@ parent directory, so a comparison's own directory):
 Cluster / KL table) and ``comparison_center_metric.png`` (per distribution, the best center's
 metric at every evaluation, i.e. the best over the centers at that round, one line per run);
 with at least two stream runs, ``comparison_kl.png`` reproduces CCFL's **Figure 4(b)**: the
-mean KL(true mixture || estimate) over all uploads, one bar per run that records ``kl``.
+mean KL(true mixture || estimate) over all uploads, one bar per run that records ``kl``; and,
+where some run has the table, ``comparison_client_cdf.png`` (client_metrics.parquet: the CDF
+over the clients of each run's personalised metric), ``comparison_clustering.png``
+(clustering.parquet: ARI and NMI over the evaluations) and ``comparison_metric_vs_bytes.png``
+(comm.parquet: the mean personalised metric against the bytes spent). ``raysoft compare``
+draws the same comparison figures beside its comparison.md (:func:`.driver.comparison_figures`).
 
 Stream runs (a ``summary.json`` of ``kind`` stream or naming a stream algorithm, or client rows named
-``accuracy_before``) have one upload per step: their x axes say "global epoch t (uploads)", and
-cluster model k belongs to distribution k by construction (pre-trained on its public set; the
-estimates and the KL compare u_k with share k), so the figures match center k to distribution k
-rather than using the summary's accuracy-based matching.
+``accuracy_before``) have one upload per step: their x axes say "global epoch t (uploads)". Where
+a stream's cluster model k belongs to distribution k by construction (CCFL, FedSoft-Async:
+pre-trained on its public set; the estimates and the KL compare u_k with share k; the summary
+matches them so), the figures match center k to distribution k; a stream with one global model
+has no matching.
 
 Every plotting function returns its :class:`~matplotlib.figure.Figure` (or ``None`` when the
 run has nothing to draw), so its data can be read back from the axes. Figures are built with
@@ -80,21 +104,30 @@ from .analysis import (
     true_shares,
     upload_cycles,
 )
-from .driver import compare_runs, main, report, report_dir, report_run
+from .driver import compare_runs, comparison_figures, main, report, report_dir, report_run
 from .figures import (
     COMPARISON_FILES,
     FIGURE_FILES,
     plot_center_metric,
+    plot_client_cdf_comparison,
+    plot_client_metrics,
+    plot_clustering,
+    plot_clustering_comparison,
     plot_clusters,
     plot_comparison,
     plot_final_weights,
+    plot_global_metric,
     plot_kl_comparison,
+    plot_metric_vs_bytes,
+    plot_metric_vs_bytes_comparison,
+    plot_staleness,
     plot_stream_accuracy,
     plot_weights_by_group,
     save_figure,
 )
 from .load import REQUIRED, ReportError, RunData, load_run
 from .markdown import comparison_markdown, run_markdown
+from .shape import Shape, describe
 
 __all__ = [
     "COMPARISON_FILES",
@@ -104,9 +137,12 @@ __all__ = [
     "SHARE_BINS",
     "ReportError",
     "RunData",
+    "Shape",
     "best_center_series",
     "compare_runs",
+    "comparison_figures",
     "comparison_markdown",
+    "describe",
     "final_weights",
     "first_center",
     "load_run",
@@ -117,10 +153,18 @@ __all__ = [
     "mixture_drifts",
     "mixture_groups",
     "plot_center_metric",
+    "plot_client_cdf_comparison",
+    "plot_client_metrics",
+    "plot_clustering",
+    "plot_clustering_comparison",
     "plot_clusters",
     "plot_comparison",
     "plot_final_weights",
+    "plot_global_metric",
     "plot_kl_comparison",
+    "plot_metric_vs_bytes",
+    "plot_metric_vs_bytes_comparison",
+    "plot_staleness",
     "plot_stream_accuracy",
     "plot_weights_by_group",
     "report",

@@ -170,3 +170,179 @@ def run_label(run: RunData, runs: Sequence[RunData]) -> str:
     same = sum(r.algorithm == run.algorithm for r in runs) > 1
     return f"{run.algorithm} ({run.name})" if same else run.algorithm
 
+
+
+# ----------------------------------------------------------------------------- what a run has, over time
+def last_step(run: RunData) -> int:
+    """The run's last step: its last evaluation, or its rounds (uploads) where the summary says more."""
+    steps = [int(run.metrics.step.max())] if len(run.metrics) else [0]
+    if isinstance(run.summary.get("rounds"), int):
+        steps.append(int(run.summary["rounds"]))
+    return max(steps)
+
+
+def memberships(run: RunData, step: int) -> dict[int, frozenset[int]] | None:
+    """Each center's clients in the state evaluated at ``step``, from one-hot weights.parquet rows
+    (the latest recorded at or before the round that ended at ``step``; a round t's weights are
+    recorded at step t and evaluated at step t + 1); None when the weights say nothing then."""
+    w = run.weights
+    if w.empty or run.shape.clustering != "hard":
+        return None
+    upto = w[w.step <= step - (0 if run.is_stream else 1)]
+    if upto.empty:
+        return None
+    last = upto[upto.step == upto.step.max()]
+    ones = last[last.estimate == 1.0]
+    return {int(c): frozenset(int(k) for k in g.client) for c, g in ones.groupby("center")}
+
+
+def center_breaks(run: RunData) -> dict[int, list[int]]:
+    """Center -> the evaluation steps before which its line breaks: where the number of centers
+    changed (a split or a merge) and the center's clients changed too, or are not known."""
+    changes = run.shape.changes
+    if not changes:
+        return {}
+    steps = sorted(run.shape.centers)
+    out: dict[int, list[int]] = {}
+    for ch in changes:
+        before = steps[steps.index(ch) - 1]
+        then, now = memberships(run, before), memberships(run, ch)
+        for c in sorted({int(c) for c in run.center_scores().entity.unique()}):
+            same = then is not None and now is not None and c in then and then.get(c) == now.get(c)
+            if not same:
+                out.setdefault(c, []).append(ch)
+    return out
+
+
+def global_series(run: RunData) -> pd.DataFrame:
+    """[step x distribution] the global model's headline metric (a run whose centers are one model)."""
+    c = run.center_scores()
+    return c.groupby(["step", "eval_dist"]).value.first().unstack("eval_dist").sort_index()
+
+
+def staleness(run: RunData) -> pd.DataFrame:
+    """A stream's uploads with their staleness t - tau: step (= t, the server's version after the
+    upload), client (-1 where the run does not say), staleness, tau (the version the upload was
+    trained from) and virtual_time (of the upload, where the run records it). From the client
+    rows named ``staleness`` (CCFL, FedSoft-Async), else the diagnostics named ``staleness`` (an
+    algorithm's own per-upload figure: FedAsync). Empty when the run records neither."""
+    m = run.metrics
+    rows = m[(m.scope == "client") & (m.metric == "staleness")]
+    if not rows.empty:
+        out = pd.DataFrame({"step": rows.step.to_numpy(), "client": rows.entity.to_numpy(),
+                            "staleness": rows.value.to_numpy()})
+    elif run.diagnostics is not None and (run.diagnostics.name == "staleness").any():
+        d = run.diagnostics[run.diagnostics.name == "staleness"]
+        out = pd.DataFrame({"step": d.step.to_numpy(), "client": -1, "staleness": d.value.to_numpy()})
+    else:
+        return pd.DataFrame(columns=["step", "client", "staleness", "tau", "virtual_time"])
+    out = out.sort_values("step", kind="stable").reset_index(drop=True)
+    out["tau"] = out.step - out.staleness
+    up = m[(m.scope == "client") & (m.metric == "accuracy_before")]
+    vt = up.groupby("step").virtual_time.first() if "virtual_time" in up else pd.Series(dtype=float)
+    out["virtual_time"] = out.step.map(vt).astype(float)
+    return out
+
+
+def client_values(run: RunData) -> pd.DataFrame:
+    """client_metrics.parquet's rows of the headline metric (step, client, held_out, value);
+    empty without the table or the metric."""
+    cm = run.client_metrics
+    if cm is None or cm.empty:
+        return pd.DataFrame(columns=["step", "client", "held_out", "value"])
+    rows = cm[cm.metric == run.metric]
+    return rows[["step", "client", "held_out", "value"]].reset_index(drop=True)
+
+
+def client_percentiles(run: RunData) -> pd.DataFrame:
+    """[step x (mean, p10, median, p90)] of the trained clients' personalised headline metric."""
+    v = client_values(run)
+    v = v[~v.held_out.astype(bool)]
+    if v.empty:
+        return pd.DataFrame(columns=["mean", "p10", "median", "p90"])
+    g = v.groupby("step").value
+    return pd.DataFrame({"mean": g.mean(), "p10": g.quantile(0.1), "median": g.median(),
+                         "p90": g.quantile(0.9)}).sort_index()
+
+
+def final_client_values(run: RunData, held_out: bool = False) -> np.ndarray:
+    """The personalised headline metric of every client (trained, or ``held_out``) at the last
+    evaluation that scored them, sorted; empty without rows."""
+    v = client_values(run)
+    v = v[v.held_out.astype(bool) == held_out]
+    if v.empty:
+        return np.zeros(0)
+    return np.sort(v[v.step == v.step.max()].value.to_numpy())
+
+
+def ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF's points: the sorted values and the share of values at or below each."""
+    x = np.sort(np.asarray(values, dtype=float))
+    return x, np.arange(1, len(x) + 1) / max(1, len(x))
+
+
+def personalised_series(run: RunData) -> pd.Series:
+    """The mean personalised headline metric at every evaluation: client_metrics.parquet's
+    trained clients where the run has it, else metrics.parquet's client rows of the metric
+    (rounds); empty otherwise."""
+    p = client_percentiles(run)
+    if not p.empty:
+        return p["mean"]
+    m = run.metrics
+    rows = m[(m.scope == "client") & (m.metric == run.metric)]
+    return rows.groupby("step").value.mean().sort_index() if not rows.empty else pd.Series(dtype=float)
+
+
+def cumulative_bytes(run: RunData) -> pd.DataFrame:
+    """[step x (down, up, total)]: the bytes every client received and sent by each step of
+    comm.parquet, cumulative. Empty without the table."""
+    c = run.comm
+    if c is None or c.empty:
+        return pd.DataFrame(columns=["down", "up", "total"])
+    per = c.pivot_table(index="step", columns="direction", values="bytes", aggfunc="sum").sort_index()
+    per = per.reindex(columns=["down", "up"], fill_value=0).fillna(0).cumsum()
+    per["total"] = per.down + per.up
+    return per
+
+
+def bytes_at(run: RunData, steps: Sequence[int]) -> np.ndarray:
+    """The cumulative bytes (down + up) spent by the evaluation at each of ``steps``: comm.parquet's
+    rows up to that step (a round's rows are filed under its number counted from 1, the step of
+    the evaluation after it; a stream's under the upload's step)."""
+    cum = cumulative_bytes(run)
+    if cum.empty:
+        return np.zeros(len(steps))
+    idx = cum.index.to_numpy()
+    tot = cum.total.to_numpy()
+    out = []
+    for s in steps:
+        i = np.searchsorted(idx, s, side="right")
+        out.append(float(tot[i - 1]) if i else 0.0)
+    return np.asarray(out)
+
+
+def metric_vs_bytes(run: RunData) -> pd.DataFrame:
+    """(step, bytes, value): the mean personalised metric at every evaluation against the bytes
+    spent by then; empty without comm.parquet or a personalised metric."""
+    series = personalised_series(run)
+    if run.comm is None or run.comm.empty or series.empty:
+        return pd.DataFrame(columns=["step", "bytes", "value"])
+    steps = [int(s) for s in series.index]
+    return pd.DataFrame({"step": steps, "bytes": bytes_at(run, steps), "value": series.to_numpy()})
+
+
+CLUSTERING_METRICS = {"ari": "ARI", "nmi": "NMI", "mixture_mae": "mixture error (MAE)", "changed": "clients that moved"}
+
+
+def clustering_series(run: RunData) -> dict[str, dict[str, pd.Series]]:
+    """metric -> clustering -> its values over the evaluations (clustering.parquet); metrics in
+    the order of :data:`CLUSTERING_METRICS`, others after. Empty without the table."""
+    c = run.clustering
+    if c is None or c.empty:
+        return {}
+    names = [k for k in CLUSTERING_METRICS if k in set(c.metric)] + sorted(set(c.metric) - set(CLUSTERING_METRICS))
+    out: dict[str, dict[str, pd.Series]] = {}
+    for metric in names:
+        sub = c[c.metric == metric]
+        out[metric] = {str(k): g.groupby("step").value.mean().sort_index() for k, g in sub.groupby("clustering")}
+    return out

@@ -23,34 +23,75 @@ def _write_text(path: Path, text: str) -> Path:
     return path
 
 
+PLOTS = {  # figure name -> its plot, in the order report.md shows them
+    "center_metric": fg.plot_center_metric,
+    "weights_by_group": fg.plot_weights_by_group,
+    "final_weights": fg.plot_final_weights,
+    "clusters": fg.plot_clusters,
+    "ccfl_accuracy": fg.plot_stream_accuracy,
+    "staleness": fg.plot_staleness,
+    "clustering": fg.plot_clustering,
+    "client_metrics": fg.plot_client_metrics,
+    "metric_vs_bytes": fg.plot_metric_vs_bytes,
+}
+
+
+def _why_skipped(run: RunData, name: str) -> str | None:
+    """Why ``name`` was not drawn for ``run``, where saying so helps; None where the figure is
+    simply not one of the run's (a table the run does not write, a stream figure for rounds)."""
+    if name == "center_metric":
+        return f"no centers were evaluated ({run.algorithm} has none)"
+    if name in ("weights_by_group", "final_weights") and run.shape.models == "clusters":
+        if run.weights.empty:
+            return f"weights.parquet is empty ({run.algorithm} records no importance weights)"
+        if name == "weights_by_group":
+            return ("the clients' true mixtures drift from cycle to cycle, so no client has one true mixture to "
+                    "group by (final_weights.png and the KL show the estimates)")
+    if name == "staleness" and run.is_stream and run.shape.models != "none":
+        return "the run records no staleness (no client rows or diagnostics named staleness)"
+    return None
+
+
 def report_run(run: RunData) -> list[Path]:
     """Write one run's figures and report.md into its directory; return the files written."""
     written: list[Path] = []
     figures: dict[str, Path | None] = {}
     skipped: dict[str, str] = {}
-    plots = {
-        "center_metric": fg.plot_center_metric,
-        "weights_by_group": fg.plot_weights_by_group,
-        "final_weights": fg.plot_final_weights,
-        "clusters": fg.plot_clusters,
-        "ccfl_accuracy": fg.plot_stream_accuracy,
-    }
-    for name, plot in plots.items():
+    for name, plot in PLOTS.items():
         fig = plot(run)
         if fig is None:
             figures[name] = None
-            if name == "center_metric":
-                skipped[name] = f"no centers were evaluated ({run.algorithm} has none)"
-            elif name in ("weights_by_group", "final_weights") and run.weights.empty:
-                skipped[name] = f"weights.parquet is empty ({run.algorithm} records no importance weights)"
-            elif name == "weights_by_group":
-                skipped[name] = ("the clients' true mixtures drift from cycle to cycle, so no client has one true "
-                                 "mixture to group by (final_weights.png and the KL show the estimates)")
+            why = _why_skipped(run, name)
+            if why is not None:
+                skipped[name] = why
             continue
         figures[name] = saved = fg.save_figure(fig, run.path / fg.FIGURE_FILES[name])
         written.append(saved)
     written.append(_write_text(run.path / "report.md", run_markdown(run, figures, skipped)))
     return written
+
+
+COMPARISON_PLOTS = {  # comparison figure name -> its plot, in the order the comparison shows them
+    "center_metric": fg.plot_comparison,
+    "client_cdf": fg.plot_client_cdf_comparison,
+    "clustering": fg.plot_clustering_comparison,
+    "metric_vs_bytes": fg.plot_metric_vs_bytes_comparison,
+    "kl": fg.plot_kl_comparison,
+}
+
+
+def comparison_figures(runs: Sequence[RunData], out_dir: Path) -> dict[str, Path]:
+    """Draw the figures comparing ``runs`` into ``out_dir`` (``raysoft compare``'s directory, or
+    ``raysoft report``'s ``--out``); return name -> file for those drawn. Each is drawn only when
+    some run has what it shows (the KL bars: two stream runs or more)."""
+    out: dict[str, Path] = {}
+    for name, plot in COMPARISON_PLOTS.items():
+        if name == "kl" and sum(r.is_stream for r in runs) < 2:
+            continue
+        fig = plot(runs)
+        if fig is not None:
+            out[name] = fg.save_figure(fig, out_dir / fg.COMPARISON_FILES[name])
+    return out
 
 
 def report_dir(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> Path:
@@ -90,9 +131,9 @@ def compare_runs(path: str | Path) -> list[Path]:
 
 
 def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> list[Path]:
-    """Write the figures and report.md of every run directory and, for several, comparison_report.md,
-    comparison_center_metric.png and (two or more stream runs) comparison_kl.png into ``out``
-    (default: the first run's parent directory).
+    """Write the figures and report.md of every run directory and, for several, the comparison's
+    figures (:func:`comparison_figures`) and comparison_report.md into ``out`` (default: the first
+    run's parent directory).
     Returns the files written. A ``raysoft compare`` directory stands for the runs inside it
     (:func:`compare_runs`), so its comparison_report.md goes beside its comparison.md. Every path
     is checked before anything is written: :class:`ReportError` names the first that is not a
@@ -116,18 +157,9 @@ def report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> lis
     for run in runs:
         written += report_run(run)
     if len(runs) > 1:
-        fig = fg.plot_comparison(runs)
-        figure = fg.save_figure(fig, out_dir / fg.COMPARISON_FILES["center_metric"]) if fig is not None else None
-        if figure is not None:
-            written.append(figure)
-        kl_figure = None
-        if sum(r.is_stream for r in runs) >= 2:
-            fig = fg.plot_kl_comparison(runs)
-            kl_figure = fg.save_figure(fig, out_dir / fg.COMPARISON_FILES["kl"]) if fig is not None else None
-            if kl_figure is not None:
-                written.append(kl_figure)
-        written.append(_write_text(out_dir / "comparison_report.md",
-                                   comparison_markdown(runs, out_dir, figure, kl_figure)))
+        figures = comparison_figures(runs, out_dir)
+        written += figures.values()
+        written.append(_write_text(out_dir / "comparison_report.md", comparison_markdown(runs, out_dir, figures)))
     return written
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pandas as pd
 
 from ..errors import ReportError, first_line
 from ..metrics import lower_is_better
+from .shape import Shape, describe
 
 REQUIRED = ("summary.json", "metrics.parquet")
 _WEIGHT_COLUMNS = ["run_id", "step", "client", "center", "estimate"]
@@ -39,6 +41,17 @@ class RunData:
     weights: pd.DataFrame
     clients: pd.DataFrame
     assignments: pd.DataFrame | None
+    # the tables only some runs write (None when absent): an algorithm's own per-round figures,
+    # its clusterings scored against the truth, every client's personalised metric, the bytes sent
+    diagnostics: pd.DataFrame | None = None
+    clustering: pd.DataFrame | None = None
+    client_metrics: pd.DataFrame | None = None
+    comm: pd.DataFrame | None = None
+
+    @cached_property
+    def shape(self) -> Shape:
+        """What the run's algorithm has (:mod:`.shape`): what the report draws and says."""
+        return describe(self.metrics, self.weights, self.assignments, self.is_stream, self.summary_matching)
 
     @property
     def name(self) -> str:
@@ -81,9 +94,14 @@ class RunData:
 
     @property
     def matching(self) -> dict[int, int] | None:
-        """Distribution -> center: the summary's one-to-one matching; for stream runs the
-        identity over the cluster models (cluster k is distribution k's by construction)."""
-        if self.is_stream:
+        """Distribution -> center: the summary's one-to-one matching; for streams whose cluster
+        model k is distribution k's by construction (:attr:`Shape.by_construction`), the identity
+        over the cluster models. None for a run without cluster models (one global model: nothing
+        to match)."""
+        shape = self.shape
+        if not shape.clustered:
+            return None
+        if shape.by_construction:
             c = self.center_scores()
             both = set(c.entity.unique()) & set(c.eval_dist.unique())
             return {int(k): int(k) for k in sorted(both)} or None
@@ -131,5 +149,9 @@ def load_run(path: str | Path) -> RunData:
         weights=weights if weights is not None else pd.DataFrame(columns=_WEIGHT_COLUMNS),
         clients=clients if clients is not None else pd.DataFrame(columns=_CLIENT_COLUMNS),
         assignments=table("assignments"),
+        diagnostics=table("diagnostics"),
+        clustering=table("clustering"),
+        client_metrics=table("client_metrics"),
+        comm=table("comm"),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def run_markdown(run: RunData, figures: dict[str, Path | None], skipped: dict[st
     reason): its facts, the stream's accuracy table, the distributions' table, notes, figures."""
     lines = [f"# {run.algorithm}: {run.name}", "", _facts(run), ""] + provenance_lines(run.path)
     if run.is_stream:
-        lines += _stream_table(run.summary)
+        lines += _stream_table(run)
     lines += _distribution_table(run)
     lines += _notes(run)
     if lines[-1] != "":
@@ -93,19 +93,31 @@ def provenance_lines(run_dir: Path) -> list[str]:
     return lines + [""]
 
 
-def _stream_table(s: dict[str, Any]) -> list[str]:
-    """A stream's accuracies (CCFL's Table 1) and mean KL, with the bytes down where recorded."""
+def _stream_table(run: RunData) -> list[str]:
+    """A stream's accuracies (CCFL's Table 1) and, where it estimates mixtures, the mean KL, with
+    the bytes down where recorded. A stream with one global model has a Global column, not a
+    Cluster one; one without a server (Local) neither."""
+    s, shape = run.summary, run.shape
     has_bytes = "bytes_down_per_client" in s
-    return ["Stream accuracy (CCFL paper, Table 1: Cli Bfr = the local model before its upload, Cli Aft "
-            "= the model received for it, both the mean over clients at their final upload-download cycle; "
-            "Cluster = the cluster models on their own distribution, averaged over every evaluation) and the "
-            "mean KL(true mixture || estimate) over the uploads:", "",
-            "| Cli Bfr (`cli_bfr`) | Cli Aft (`cli_aft`) | Cluster (`cluster_acc`) | KL (`kl`) |"
-            + (" bytes down per client (`bytes_down_per_client`) |" if has_bytes else ""),
-            "|---|---|---|---|" + ("---|" if has_bytes else ""),
-            "| " + " | ".join([_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft")),
-                               _fmt("accuracy", s.get("cluster_acc")), _kl(s.get("kl"))]) + " |"
-            + (f" {_bytes(s['bytes_down_per_client'])} |" if has_bytes else ""), ""]
+    has_kl = s.get("kl") is not None
+    server = {"global": ("Global", "the global model on every distribution, averaged over every evaluation"),
+              "clusters": ("Cluster", "the cluster models on their own distribution, averaged over every evaluation"),
+              }.get(shape.models)
+    what = ("Stream accuracy (laid out as the CCFL paper's Table 1: Cli Bfr = the local model before its upload, "
+            "Cli Aft = the model received for it, both the mean over clients at their final upload-download cycle"
+            + (f"; {server[0]} = {server[1]}" if server else "") + ")"
+            + (" and the mean KL(true mixture || estimate) over the uploads" if has_kl else "") + ":")
+    head = ["Cli Bfr (`cli_bfr`)", "Cli Aft (`cli_aft`)"]
+    head += [] if not server else ["Global"] if shape.global_model else ["Cluster (`cluster_acc`)"]
+    cells = [_fmt("accuracy", s.get("cli_bfr")), _fmt("accuracy", s.get("cli_aft"))]
+    cells += [_fmt("accuracy", s.get("cluster_acc"))] if server else []
+    if has_kl:
+        head.append("KL (`kl`)")
+        cells.append(_kl(s.get("kl")))
+    if has_bytes:
+        head.append("bytes down per client (`bytes_down_per_client`)")
+        cells.append(_bytes(s["bytes_down_per_client"]))
+    return [what, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head), "| " + " | ".join(cells) + " |", ""]
 
 
 def _distribution_table(run: RunData) -> list[str]:
@@ -114,6 +126,9 @@ def _distribution_table(run: RunData) -> list[str]:
     if not dists:
         return ["No centers (nothing to evaluate on the holdout sets).", ""]
     metric, matching = run.metric, run.matching or {}
+    if run.shape.global_model:
+        return ([f"| distribution | the global model's {metric} |", "|---|---|"]
+                + [f"| {d['distribution']} | {_fmt(metric, d.get(metric))} |" for d in dists] + [""])
     lines = ["| distribution | best center | " + f"{metric} |" + (" matched center |" if matching else ""),
              "|---|---|---|" + ("---|" if matching else "")]
     for d in dists:
@@ -130,7 +145,11 @@ def _notes(run: RunData) -> list[str]:
     s, matching, lines = run.summary, run.matching or {}, []
     if s.get("weight_mae") is not None:
         lines.append(f"- weight MAE (matched importance weights vs true mixtures): {s['weight_mae']:.4f}")
-    if run.is_stream and matching:
+    if run.shape.global_model and run.center_scores().entity.nunique() > 1:
+        n = run.center_scores().entity.nunique()
+        lines.append(f"- one global model: {run.algorithm} has it evaluated {n} times on every distribution's "
+                     "holdout set (equal at every evaluation), so the report shows it once")
+    if run.shape.by_construction and matching:
         lines.append("- cluster model k belongs to distribution k by construction (pre-trained on its public set; "
                      "the estimates and the KL compare u_k with share k), so the figures match center k to "
                      "distribution k")
@@ -150,25 +169,57 @@ def _notes(run: RunData) -> list[str]:
         per_step = scores.groupby("step").entity.nunique()
         if per_step.nunique() > 1:
             lines.append(f"- the number of centers changes over the rounds ({per_step.min()}..{per_step.max()}): "
-                         "a center index names a cluster of its round only")
+                         "a center index names a cluster of its round only; in center_metric.png a center's line "
+                         "breaks where the clusters changed (a dotted line) unless its clients stayed the same")
     return lines
 
 
 def _captions(run: RunData, figures: dict[str, Path | None]) -> dict[str, str]:
     """Each figure's caption, in the order the figures are shown."""
+    shape = run.shape
+    hard = shape.clustering == "hard"
     captions = {
         "center_metric": f"{run.metric} of every center on every distribution's holdout set (FedSoft paper, Figure 1, "
         "top)",
-        "weights_by_group": "importance weights averaged over clients with the same true mixture (Figure 1, bottom)",
+        "weights_by_group": "importance weights averaged over clients with the same true mixture (Figure 1, bottom); "
+        "a weight holds from the round it was recorded at until the next record",
         "final_weights": "final weight of every client on the first cluster, with its true share (Figure 2)",
         "clusters": "predicted cluster of every client, coloured by its true cluster (FPFC paper, Table 1's Num, ARI)",
         "ccfl_accuracy": "mean client accuracy before (Cli Bfr) and after (Cli Aft) every upload-download cycle and "
         "the cluster models' accuracy on their own distribution (CCFL paper, Figure 3); grey: the "
         "clients that reached each cycle",
+        "staleness": "left: every upload's staleness t − τ (the server versions applied since the one it was "
+        "trained from) and its running mean; right: the server's version t after each upload and the version τ "
+        "each upload was trained from",
+        "clustering": "the run's clusterings scored against the clients' true clusters at every evaluation "
+        "(clustering.parquet: ARI, NMI, mixture error, clients that moved)",
+        "client_metrics": f"every client's personalised model on its own test split (client_metrics.parquet): the "
+        f"mean, median and p10–p90 of {run.metric} over the evaluations, and its CDF over the clients at the last "
+        "one",
+        "metric_vs_bytes": "the mean personalised metric against the bytes all clients sent and received by each "
+        "evaluation, and the cumulative bytes down and up (comm.parquet)",
     }
+    if shape.global_model:
+        captions["center_metric"] = (f"{run.metric} of the global model on every distribution's holdout set, one line "
+                                     "per distribution")
+    if shape.changes:
+        captions["center_metric"] += ("; the number of clusters changes at the dotted lines, where a center's line "
+                                      "breaks unless its clients stayed the same")
+    if hard:
+        captions["weights_by_group"] = ("share of the clients with the same true mixture in each center (a hard "
+                                        "clustering; the layout of FedSoft's Figure 1, bottom); a membership holds "
+                                        "from the round it was recorded at until the next record")
+        captions["final_weights"] = "whether each client ends in the first cluster, with its true share (Figure 2)"
+    if figures.get("ccfl_accuracy") is not None and shape.models != "clusters":
+        server = ("and the global model's mean accuracy over the distributions " if shape.global_model else "")
+        captions["ccfl_accuracy"] = ("mean client accuracy before (Cli Bfr) and after (Cli Aft) every "
+                                     f"upload-download cycle {server}(laid out as the CCFL paper's Figure 3); grey: "
+                                     "the clients that reached each cycle")
     if figures.get("ccfl_accuracy") is not None:
         curves = stream_accuracy(run)
-        missing = [name for key, name in (("cli_aft", "Cli Aft"), ("cluster", "cluster accuracy")) if key not in curves]
+        server = "global model accuracy" if shape.global_model else "cluster accuracy"
+        missing = [name for key, name in (("cli_aft", "Cli Aft"), ("cluster", server))
+                   if key not in curves and (key != "cluster" or shape.models != "none")]
         if missing:
             captions["ccfl_accuracy"] += f"; the run records no {' and no '.join(missing)}"
     if run.is_stream:
@@ -189,11 +240,21 @@ def _figures_section(captions: dict[str, str], figures: dict[str, Path | None], 
     return lines
 
 
-def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None = None,
-                        kl_figure: Path | None = None) -> str:
-    """The comparison of several runs: ``raysoft compare``'s comparison.md and, with the figures
-    ``figure`` (the best center's metric over rounds) and ``kl_figure``, ``raysoft report``'s
-    comparison_report.md.
+COMPARISON_CAPTIONS = {  # the comparison figures other than the KL bars (shown with the streams' table)
+    "center_metric": "the best center's metric on each distribution's holdout set over rounds, one line per run (a run "
+    "with one global model: that model's)",
+    "client_cdf": "every client's personalised model at the last evaluation: the CDF over the clients, one line per "
+    "run (dashed: its held-out clients)",
+    "clustering": "ARI and NMI of each run's clusterings against the clients' true clusters over the evaluations",
+    "metric_vs_bytes": "the mean personalised metric against the bytes all clients sent and received by each "
+    "evaluation",
+}
+
+
+def comparison_markdown(runs: Sequence[RunData], out: Path, figures: Mapping[str, Path] | None = None) -> str:
+    """The comparison of several runs: ``raysoft compare``'s comparison.md and ``raysoft report``'s
+    comparison_report.md, with ``figures`` (name -> file of :data:`~.figures.COMPARISON_FILES`,
+    drawn by :func:`~.driver.comparison_figures`) shown under their captions.
 
     One row per run: its algorithm and headline metric, the metric of the best center on each
     distribution (that center's index: the FedSoft paper's Table 2), the local models' mean w̄
@@ -209,7 +270,8 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None 
             + "w̄ | w̄ (mixture) | weight MAE | ARI (clusters) | regime |")
     lines = [
         "# Comparison", "",
-        "c*[s]: the metric of the best center on distribution s (that center's index); w̄: the local models' "
+        "c*[s]: the metric of the best center on distribution s (that center's index; global: a run with one "
+        "global model); w̄: the local models' "
         "mean (FedEM: the largest-π learner's; w̄ (mixture): its π-mixture's); weight MAE: the matched "
         "importance weights against the true mixtures; ARI: the clusters found against the true ones; regime: "
         "the local work each method ran with (its config's optimiser, batch, epochs and proximal keys).", "",
@@ -221,7 +283,8 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None 
         cells = []
         for d in dists:
             e = by_dist.get(d)
-            cells.append("–" if e is None else f"{_fmt(r.metric, e.get(r.metric))} ({e['best_center']})")
+            which = "global" if r.shape.global_model else e["best_center"] if e is not None else ""
+            cells.append("–" if e is None else f"{_fmt(r.metric, e.get(r.metric))} ({which})")
         local, mixture = local_means(r)
         mae = "–" if s.get("weight_mae") is None else f"{s['weight_mae']:.4f}"
         ari = "–" if s.get("ari") is None else f"{s['ari']:.3f} ({s.get('num_clusters', '–')})"
@@ -231,14 +294,17 @@ def comparison_markdown(runs: Sequence[RunData], out: Path, figure: Path | None 
     lines.append("")
     if len(metrics) > 1:
         lines += [f"The runs have different headline metrics ({', '.join(metrics)}).", ""]
-    if figure is not None:
-        lines += [f"![best center's metric per distribution over rounds]({figure.name})", ""]
+    figures = dict(figures or {})
+    for name, caption in COMPARISON_CAPTIONS.items():
+        if name not in figures:
+            continue
+        lines += [f"**{figures[name].name}**: {caption}.", "", f"![{caption}]({figures[name].name})", ""]
         no_centers = [r.name for r in runs if best_center_series(r).empty]
-        if no_centers:
+        if name == "center_metric" and no_centers:
             lines += [f"No centers, so not in the figure: {', '.join(no_centers)}.", ""]
     streams = [r for r in runs if r.is_stream]
     if streams:
-        lines += _stream_comparison(streams, out, kl_figure)
+        lines += _stream_comparison(streams, out, figures.get("kl"))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -266,13 +332,14 @@ def _stream_comparison(streams: Sequence[RunData], out: Path, kl_figure: Path | 
         "## Streams (the CCFL paper's Table 1 and Figure 4(b))", "",
         "Cli Bfr: the local model before its upload, Cli Aft: the model received for it (both the mean accuracy "
         "over clients at their final upload-download cycle); Cluster: the cluster models on their own "
-        "distribution, averaged over every evaluation; KL: KL(true mixture || estimate) averaged over every "
-        "upload (lower is better).", "",
+        "distribution (global: a run's one global model on every distribution), averaged over every evaluation; "
+        "KL: KL(true mixture || estimate) averaged over every upload (lower is better).", "",
         head, "|---" * (6 + bool(ref) + len(sent)) + "|",
     ]
     for r, kl in zip(streams, kls):
         s = r.summary
-        cells = [_share(s.get("cli_bfr")), _share(s.get("cli_aft")), _share(s.get("cluster_acc")), _kl(kl)]
+        server = _share(s.get("cluster_acc")) + (" (global)" if r.shape.global_model else "")
+        cells = [_share(s.get("cli_bfr")), _share(s.get("cli_aft")), server, _kl(kl)]
         if ref:
             cells.append("–" if kl is None else f"{kl / ref:.3f}")
         cells += [_bytes(s.get(key)) for key in sent]

@@ -82,14 +82,19 @@ def test_report_md_summarises_the_run(runs, written):
 
 def test_fedavg_without_weights_skips_the_weight_figures(runs, written):
     run = rp.load_run(runs["fedavg"])
-    assert run.weights.empty
+    assert run.weights.empty and run.shape.models == "global"
     assert rp.plot_weights_by_group(run) is None and rp.plot_final_weights(run) is None
     text = (runs["fedavg"] / "report.md").read_text()
     assert "](center_metric.png)" in text
-    assert "`weights_by_group.png` skipped: weights.parquet is empty" in text
-    assert "`final_weights.png` skipped: weights.parquet is empty" in text
-    fig = rp.plot_center_metric(run)
-    assert all(len(ax.get_lines()) == 1 for ax in fig.axes)  # FedAvg: one (global) center
+    assert "weights_by_group.png" not in text and "final_weights.png" not in text  # not a clustered algorithm
+    (ax,) = rp.plot_center_metric(run).axes  # FedAvg: the global model, one line per distribution
+    m = run.metrics
+    c = m[(m.scope == "cluster") & (m.metric == "mse")]
+    assert c.entity.unique().tolist() == [0]
+    for line in ax.get_lines():
+        d = int(line.get_gid().split("-")[1])
+        np.testing.assert_array_equal(line.get_ydata(), c[c.eval_dist == d].sort_values("step").value)
+    assert sorted(line.get_gid() for line in ax.get_lines()) == ["dist-0", "dist-1"]
 
 
 def test_local_without_centers_skips_every_figure(runs, written):
@@ -130,11 +135,13 @@ def test_weights_by_group_averages_clients_with_the_same_mixture(runs):
         assert ax.get_title() == f"distribution {d}: weight on center {center}"
         lines = _ydata(ax)
         assert sorted(lines) == ["10:90", "90:10"]
+        last = run.summary["rounds"]
         for g, (x, y) in lines.items():
             sub = w[(w.center == center) & w.client.map(group).eq(g)]
             expect = sub.groupby("step").estimate.mean()
-            np.testing.assert_array_equal(x, expect.index)
-            np.testing.assert_allclose(y, expect.to_numpy())
+            assert expect.index[-1] < last  # the weights of the last estimation hold to the end: carried there
+            np.testing.assert_array_equal(x, [*expect.index, last])
+            np.testing.assert_allclose(y, [*expect.to_numpy(), expect.iloc[-1]])
 
 
 def test_final_weights_are_the_last_estimates_on_the_first_cluster(runs):
@@ -194,7 +201,7 @@ def test_comparison_of_several_runs(runs, written, tmp_path):
     loaded = [rp.load_run(runs[n]) for n in order]
     for r, row in zip(loaded, rows):
         for d in r.summary.get("distributions") or []:
-            assert f"({d['best_center']})" in row
+            assert f"({'global' if r.algorithm == 'fedavg' else d['best_center']})" in row
     assert f"{loaded[0].summary['weight_mae']:.4f}" in rows[0]
     assert f"{loaded[2].summary['ari']:.3f} ({loaded[2].summary['num_clusters']})" in rows[2]
     assert "No centers, so not in the figure" in text

@@ -67,7 +67,7 @@ def _expected_curves(m):
 @pytest.mark.parametrize("name", ["ccfl", "fedsoft_async"])
 def test_a_stream_run_gets_figure_3_and_skips_what_does_not_apply(runs, written, name):
     d = runs[name]
-    files = ["center_metric.png", "final_weights.png", "ccfl_accuracy.png"]
+    files = ["center_metric.png", "final_weights.png", "ccfl_accuracy.png", "staleness.png"]
     assert written[name] == [d / f for f in [*files, "report.md"]]
     for f in files:
         check_png(d / f)
