@@ -11,15 +11,18 @@ import pandas as pd
 import pytest
 import torch
 from support.configs import small_config, stream_config
+from support.fakes import FakeExecutor, OneCall
 from support.images import write_fmnist
 
 import raysoft
+from raysoft.algorithms import WeightedMean
 from raysoft.config import parse_config
 from raysoft.data import Federation
-from raysoft.errors import PluginFailure
+from raysoft.errors import ClientFailure, PluginFailure
 from raysoft.models import build_model
 from raysoft.plugins import clear_cache
 from raysoft.runtime.comm import Ledger, download_bytes, wire_bytes
+from raysoft.runtime.rounds import RoundCoordinator
 
 F32, F64, NUMBER = 4, 8, 8  # bytes of a float32, a float64 and a Python int or float
 
@@ -84,6 +87,49 @@ def test_a_ledger_adds_a_round_s_calls_and_writes_down_then_up():
     assert [(r["client"], r["direction"], r["bytes"]) for r in rows] == [
         (1, "down", 10), (1, "up", 0), (3, "down", 15), (3, "up", 7)]
     assert {r["step"] for r in rows} == {4} and {r["table"] for r in rows} == {"comm"}
+
+
+# ---------------------------------------------------------------- the engine, over a fake executor
+def fake_rows(coord) -> list[tuple]:
+    c = coord.recorder.columns["comm"]
+    return list(zip(c["step"], c["client"], c["direction"], c["bytes"]))
+
+
+def fake_coordinator(executor, run_dir=None, reduce=None, **sections):
+    cfg = parse_config(small_config(**sections))
+    return RoundCoordinator(cfg, executor, OneCall(reduce=reduce), "run", None if run_dir is None else str(run_dir))
+
+
+@pytest.mark.parametrize("in_actors", [True, False])
+def test_a_late_client_received_the_payload_and_a_non_finite_update_was_still_sent(in_actors):
+    def train(k, payload, t):  # client 2's update is NaN; one float32 each
+        return torch.tensor([float("nan") if k == 2 else float(k)])
+
+    coord = fake_coordinator(FakeExecutor({"train": train}, late=[1]), reduce=WeightedMean(np.ones(10)),
+                             ray={"reduce_in_actors": in_actors}, algorithm={"rounds": 1},
+                             train={"nan_policy": "exclude"})
+    while not coord.advance()["done"]:
+        pass
+    # payload {"x": t}: an int, 8 bytes, to clients 0, 1, 2; client 1 late (nothing back)
+    assert fake_rows(coord) == [(1, 0, "down", 8), (1, 0, "up", 4), (1, 1, "down", 8), (1, 1, "up", 0),
+                                (1, 2, "down", 8), (1, 2, "up", 4)]
+
+
+def test_a_recovered_round_is_counted_once(tmp_path):
+    failed: list[int] = []
+
+    def train(k, payload, t):  # the executor dies at its first call of round 2
+        if t == 2 and not failed:
+            failed.append(k)
+            raise ClientFailure("actor died")
+        return torch.tensor([float(k + t)])
+
+    coord = fake_coordinator(FakeExecutor({"train": train}), run_dir=tmp_path, output={"checkpoint_every": 2})
+    while not coord.advance()["done"]:
+        pass
+    assert failed and fake_rows(coord) == [(step, k, d, 8 if d == "down" else 4)
+                                           for step in range(1, 5) for k in (0, 1, 2) for d in ("down", "up")]
+    assert coord.summary()["bytes_down"] == 4 * 3 * 8
 
 
 # ---------------------------------------------------------------- rounds, by hand
