@@ -293,3 +293,15 @@ def test_a_stream_has_a_row_per_upload_with_its_download_and_upload(tmp_path):
     for direction in ("down", "up"):  # the same bytes as each upload's costs in metrics.parquet
         costs = metrics.loc[metrics["metric"] == f"bytes_{direction}", "value"]
         assert costs.sum() == run.summary[f"bytes_{direction}"]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_same_bytes_on_the_ray_backend_whatever_the_packing(ray_session, tmp_path):
+    """Sizes are counted where the results are made (the actors', clients visiting other actors
+    with ray.balance: cost) and come out as in one process."""
+    ref = comm(raysoft.run(small_config(), out=tmp_path / "ref")).drop(columns="run_id")
+    for packing in (1, 4):
+        cfg = small_config(ray={"backend": "ray", "clients_per_actor": packing, "num_cpus_per_actor": 0.1})
+        got = comm(raysoft.run(cfg, out=tmp_path / str(packing))).drop(columns="run_id")
+        pd.testing.assert_frame_equal(got, ref)
