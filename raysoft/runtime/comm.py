@@ -52,11 +52,13 @@ def _leaf_bytes(leaf: Any) -> int:
     return 0
 
 
-def download_bytes(payload: Mapping[str, Any], clients: Iterable[int], each: tuple[str, ...] = (),
+def download_bytes(payload: Mapping[str, Any], clients: Iterable[int], each: tuple[str, ...] | str = (),
                    where: str = "a client call") -> dict[int, int]:
     """{client: bytes it receives} of one call: the payload's shared entries (all but ``each``),
-    counted once, plus, for every key of ``each``, the client's own entry ``payload[key][client]``
-    (a dict keyed by client id, or an array / tensor / list whose first axis is the client)."""
+    counted once, plus, for every key of ``each`` (one key may be given as a string), the client's
+    own entry ``payload[key][client]`` (a dict keyed by client id, or an array / tensor / list
+    whose first axis is the client)."""
+    each = (each,) if isinstance(each, str) else tuple(each)
     missing = [key for key in each if key not in payload]
     if missing:
         raise PluginFailure(f"{where}: its each names {missing[0]!r}, which is not a key of its payload "

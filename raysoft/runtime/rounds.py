@@ -228,7 +228,7 @@ class RoundCoordinator(CoordinatorBase):
             while True:
                 self._check_call(call, t)
                 # sent to every client asked, a late one too (its result is what misses the deadline)
-                self._comm.sent(download_bytes(call.payload, call.clients, tuple(call.each),
+                self._comm.sent(download_bytes(call.payload, call.clients, call.each,
                                                f"algorithm {self.cfg.algorithm.name!r}, round {t}, op {call.op!r}"))
                 call = self._on_time(call, t)  # once per call, before its work is counted
                 self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))  # the samples it covers

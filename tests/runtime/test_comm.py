@@ -66,6 +66,7 @@ def test_download_bytes_counts_the_shared_entries_once_per_client_and_each_clien
     out = download_bytes(payload, [1, 4], each=("u",))
     assert out == {1: 120 + 8 + 8 + 24, 4: 120 + 8 + 8 + 24}  # centers, x, the whole w, a row of u (not [5, 3])
     assert download_bytes(payload, [1], each=("u", "w")) == {1: 120 + 8 + 24 + 8}
+    assert download_bytes(payload, [1], each="u") == download_bytes(payload, [1], each=("u",))  # one key
     with pytest.raises(PluginFailure, match="no entry for client 4"):
         download_bytes(payload, [1, 4], each=("w",))
     with pytest.raises(PluginFailure, match="'v', which is not a key"):
