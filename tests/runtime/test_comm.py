@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ from raysoft.data import Federation
 from raysoft.errors import ClientFailure, PluginFailure
 from raysoft.models import build_model
 from raysoft.plugins import clear_cache
+from raysoft.results import Recorder
 from raysoft.runtime.comm import Ledger, download_bytes, wire_bytes
 from raysoft.runtime.rounds import RoundCoordinator
 
@@ -60,6 +62,13 @@ def test_wire_bytes_by_hand():
     assert wire_bytes((2, 0.5, True, None, "model", np.float32(1.0))) == 8 + 8 + 1 + 0 + 5 + 4
     assert wire_bytes({"a": [torch.zeros(2), {"b": np.zeros(3)}]}) == 8 + 24
 
+    @dataclass
+    class Reply:
+        model: torch.Tensor
+        t: int
+
+    assert wire_bytes(Reply(torch.zeros(2, dtype=torch.float16), 3)) == 4 + 8
+
 
 def test_download_bytes_counts_the_shared_entries_once_per_client_and_each_client_s_own_entry():
     payload = {"centers": torch.zeros(3, 10), "u": np.zeros((5, 3)), "w": {1: np.zeros(2, np.float32)}, "x": 0.1}
@@ -71,6 +80,8 @@ def test_download_bytes_counts_the_shared_entries_once_per_client_and_each_clien
         download_bytes(payload, [1, 4], each=("w",))
     with pytest.raises(PluginFailure, match="'v', which is not a key"):
         download_bytes(payload, [1], each=("v",))
+    with pytest.raises(PluginFailure, match=r"no entry for client 5 \(its shape is \(5, 3\)\)"):
+        download_bytes(payload, [1, 5], each=("u",))
 
 
 def test_a_ledger_adds_a_round_s_calls_and_writes_down_then_up():
@@ -78,16 +89,12 @@ def test_a_ledger_adds_a_round_s_calls_and_writes_down_then_up():
     ledger.sent({3: 10, 1: 10})
     ledger.sent({3: 5})
     ledger.returned(3, 7)  # client 1 never answered: up 0
-    rows: list[dict] = []
-
-    class Rec:
-        def add(self, table, **row):
-            rows.append({"table": table, **row})
-
-    ledger.write(Rec(), 4)
-    assert [(r["client"], r["direction"], r["bytes"]) for r in rows] == [
+    recorder = Recorder("r")
+    ledger.write(recorder, 4)
+    table = recorder.tables()["comm"].to_pylist()
+    assert [(r["client"], r["direction"], r["bytes"]) for r in table] == [
         (1, "down", 10), (1, "up", 0), (3, "down", 15), (3, "up", 7)]
-    assert {r["step"] for r in rows} == {4} and {r["table"] for r in rows} == {"comm"}
+    assert {(r["run_id"], r["step"]) for r in table} == {("r", 4)}
 
 
 # ---------------------------------------------------------------- the engine, over a fake executor
