@@ -163,12 +163,17 @@ class Reduced:
 @dataclass(frozen=True)
 class ClientCall:
     """Ask ``clients`` to run client op ``op`` with the broadcast ``payload``; with ``reduce``,
-    return only the reduction of their results."""
+    return only the reduction of their results. ``each``: the payload's keys whose value holds
+    one entry per client (a dict keyed by client id, or an array whose first axis is the
+    client) of which each client reads only its own, ``payload[key][client]``: what a
+    deployment would send it, and what ``comm.parquet`` counts (the simulator still passes the
+    whole payload)."""
 
     op: str
     clients: list[int]
     payload: dict[str, Any] = field(default_factory=dict)
     reduce: Reduction | None = None
+    each: tuple[str, ...] = ()
 
 
 @dataclass

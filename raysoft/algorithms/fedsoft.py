@@ -233,7 +233,7 @@ class FedSoft(Configured[FedSoftConfig]):
             if a.selection == "sample"
             else CenterSums(state.centers, None, v)
         )
-        res = yield ClientCall("train", trainers, payload, reduce=sums)
+        res = yield ClientCall("train", trainers, payload, reduce=sums, each=("u",))  # a client reads its own u_k
         dists = [res.rest[k][1] for k in res.clients]
         coupling = float(np.mean(dists)) if dists else float("nan")
         return RoundResult(FedSoftState(centers=res.value, u=u), {"coupling": coupling}, weights_updated=estimated,

@@ -258,7 +258,7 @@ class FPFC(Configured[FPFCConfig]):
         selected = uniform_selection(m, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         z = zeta(state.w, state.theta, state.v, a.rho, selected)
         payload = {"rho": a.rho, "zeta": dict(zip(selected, z)), "w": {k: state.w[k] for k in selected}}
-        res = yield ClientCall("train", selected, payload)
+        res = yield ClientCall("train", selected, payload, each=("zeta", "w"))  # its own zeta_k, w_k
         w, theta, v = state.w.copy(), state.theta, state.v  # theta, v updated in place (large)
         for k in res:  # an excluded (non-finite) update leaves the device's last model
             w[k] = res[k]

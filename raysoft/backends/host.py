@@ -26,6 +26,7 @@ from ..devices import indexed, move_in_place, moved, to_device
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
+from ..runtime.comm import wire_bytes
 from ..runtime.executor import finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
@@ -169,16 +170,17 @@ class ClientHost:
                 release_free_memory()
 
     def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-             part: int | None = None) -> dict[int, tuple[bool, Any]]:
+             part: int | None = None) -> dict[int, tuple[bool, Any, int]]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
         the whole result) here, on the host's device, for :meth:`add_terms`. Returns {client:
-        (finite, the rest of its result, on the CPU)}: on a GPU only the sum leaves the device,
-        not every client's update."""
+        (finite, the rest of its result, on the CPU, the bytes of its whole result)}: on a GPU
+        only the sum leaves the device, not every client's update (whose size ``comm.parquet``
+        counts as its upload)."""
         results = self.call(op, client_ids, payload, t, on_cpu=False)
         self.kept, out = {}, {}
         for k, r in results.items():
             self.kept[k], rest = split_result(r, part)
-            out[k] = (finite(r), to_device(rest, CPU))
+            out[k] = (finite(r), to_device(rest, CPU), wire_bytes(r))
         return out
 
     def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None,

@@ -25,9 +25,10 @@ class Executor(Protocol):
         ...
 
     def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, tuple[bool, Any]]:
+             part: int | None) -> dict[int, tuple[bool, Any, int]]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
-        the whole result) where it ran; return {client: (finite, the rest of its result)}."""
+        the whole result) where it ran; return {client: (finite, the rest of its result, the
+        bytes of its whole result, :func:`~raysoft.runtime.comm.wire_bytes`)}."""
         ...
 
     def accumulate(self, plan: Plan) -> torch.Tensor:

@@ -80,10 +80,10 @@ class FaultInjector:
         return results
 
     def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, tuple[bool, Any]]:
+             part: int | None) -> dict[int, tuple[bool, Any, int]]:
         self._before(op, t)
         flags = self.inner.keep(op, client_ids, payload, t, part)
-        for k in self._poisoned(op, t):  # a NaN update is never summed: it is not finite
+        for k in self._poisoned(op, t):  # a NaN update is never summed: it is not finite (it was sent: its bytes stay)
             if k in flags:
-                flags[k] = (False, poison(flags[k][1]))
+                flags[k] = (False, poison(flags[k][1]), *flags[k][2:])
         return flags

@@ -6,6 +6,7 @@ depend on the backend or on how clients are packed.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from ..metrics import HEADLINE, LOWER_IS_BETTER, headline_dists
 from ..models import build_model
 from ..tree import leaves
 from .clock import RoundClock
+from .comm import Ledger, download_bytes, totals, wire_bytes
 from .executor import finite
 from .recording import CoordinatorBase
 
@@ -96,6 +98,7 @@ class RoundCoordinator(CoordinatorBase):
 
     def init_run(self) -> None:
         self._waited, self._bytes = 0.0, 0
+        self._comm = Ledger()
         self.state = self.algorithm.init_server(self.ctx)
         self.round = 0
         self.virtual_now = 0.0
@@ -168,12 +171,14 @@ class RoundCoordinator(CoordinatorBase):
         for k, d in late.items():
             self.event("late_update", f"op {call.op}: would take {d:.4g} simulated s, past the round deadline of "
                        f"{deadline:g} s (clock.round_deadline_s)", client=k)
-        return call if not late else ClientCall(call.op, list(on_time), call.payload, call.reduce)
+        return call if not late else dataclasses.replace(call, clients=list(on_time))
 
     def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
         results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
+        for k in sorted(results):  # every result that came back was sent, finite or not
+            self._comm.returned(k, wire_bytes(results[k]))
         bad = [k for k in sorted(results) if not finite(results[k])]
         self._report_bad(call.op, bad, t)
         return {k: results[k] for k in sorted(results) if k not in bad}  # client order, whatever the executor's
@@ -187,6 +192,8 @@ class RoundCoordinator(CoordinatorBase):
         if self.cfg.ray.reduce_in_actors:
             flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
             self._report_late(call.op)
+            for k in sorted(flags):  # the size of the whole result, counted where it was made
+                self._comm.returned(k, flags[k][2])
             self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
             rest = {k: flags[k][1] for k in sorted(flags) if flags[k][0]}
             plan = red.plan(rest)
@@ -213,12 +220,16 @@ class RoundCoordinator(CoordinatorBase):
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
         began, self._waited, self._bytes, self._work = time.perf_counter(), 0.0, 0, {}
+        self._comm = Ledger()  # this round's bytes per client (a round run again starts afresh)
         where = f"algorithm {self.cfg.algorithm.name!r} raised in its server half, round {t}"
         gen = plugin_call(self.algorithm.round, (self.ctx, self.state, t), where)
         try:
             call = plugin_call(next, (gen,), where)
             while True:
                 self._check_call(call, t)
+                # sent to every client asked, a late one too (its result is what misses the deadline)
+                self._comm.sent(download_bytes(call.payload, call.clients, call.each,
+                                               f"algorithm {self.cfg.algorithm.name!r}, round {t}, op {call.op!r}"))
                 call = self._on_time(call, t)  # once per call, before its work is counted
                 self._count(call.op, int(self.fed.sizes[list(call.clients)].sum()))  # the samples it covers
                 result = self._reduced_call(call, t) if call.reduce is not None else self._call(call, t)
@@ -229,6 +240,7 @@ class RoundCoordinator(CoordinatorBase):
             except TypeError as err:
                 raise PluginFailure(f"algorithm {self.cfg.algorithm.name!r}: its round {t} {err}") from None
         self.state = outcome.state
+        self._comm.write(self.recorder, t + 1)  # at the step its evaluation is filed under
         if outcome.weights_updated:
             self._record_weights(t)
         for name, value in outcome.diagnostics.items():  # an algorithm's own per-round figures
@@ -293,6 +305,7 @@ class RoundCoordinator(CoordinatorBase):
         )
         if self.clock is not None:
             out["virtual_time_s"] = self.clock.now
+        out.update(totals(self.recorder, self.fed.num_clients))
         return out
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -38,6 +38,7 @@ from ..evaluation import summarize, weight_error
 from ..metrics import headline_dists
 from ..models import build_model
 from ..rng import numpy_rng
+from .comm import totals as comm_totals
 from .recording import CoordinatorBase
 
 
@@ -135,7 +136,10 @@ class StreamCoordinator(CoordinatorBase):
         self.final_before[m] = up["before"]["accuracy"]
         if up["after"] is not None:  # the previous reply, scored on the data it was sent for
             self._record_after(m, up["after"])
-        for name, value in up["cost"].items():
+        cost = up["cost"]  # what this upload's cycle downloaded (the last reply, or the cold start) and uploaded
+        self.recorder.add("comm", step=t, client=m, direction="down", bytes=int(cost.get("bytes_down", 0)))
+        self.recorder.add("comm", step=t, client=m, direction="up", bytes=int(cost.get("bytes_up", 0)))
+        for name, value in cost.items():
             self.totals[name] = self.totals.get(name, 0.0) + value
             if not name.endswith("_s"):
                 self.row("client", m, -1, name, value, vtime=vt)
@@ -288,6 +292,7 @@ class StreamCoordinator(CoordinatorBase):
                    cli_bfr_all_uploads=means.get("accuracy_before"), cli_aft_all_uploads=means.get("accuracy_after"),
                    cluster_acc_final=float(np.mean(np.diag(scores))) if scores.shape[1] else None)
         n, tot = self.cfg.data.clients, self.totals
+        out.update(comm_totals(self.recorder, n))  # bytes_down, bytes_up: comm.parquet's sums (per client below)
         out.update(bytes_down_per_client=tot["bytes_down"] / n, bytes_up_per_client=tot["bytes_up"] / n,
                    samples_trained_per_client=tot["samples_trained"] / n,
                    client_estimation_forwards_per_client=tot["estimation_forwards"] / n,

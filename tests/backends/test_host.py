@@ -71,7 +71,7 @@ def test_keep_then_accumulate_is_the_plan_applied_to_the_call_results(batched):
     ids = [6, 0, 3]
     h, ref = host(batched=batched), host(batched=batched)
     flags = h.keep("train", ids, payload("fedavg"), 0)
-    assert flags == {0: (True, None), 3: (True, None), 6: (True, None)}
+    assert flags == {0: (True, None, 4 * D), 3: (True, None, 4 * D), 6: (True, None, 4 * D)}  # a float32 model's bytes
     results = train(ref, ids, 0)
     sizes = h.fed.sizes
     plan = WeightedMean(sizes).plan({k: None for k in flags})
@@ -99,7 +99,7 @@ def test_add_terms_adds_this_host_s_terms_to_the_partial_sum_it_receives():
 def test_keep_reports_non_finite_results():
     h = host()
     flags = h.keep("train", [1, 2], {"model": torch.full((D,), float("nan"))}, 0)
-    assert flags == {1: (False, None), 2: (False, None)}
+    assert flags == {1: (False, None, 4 * D), 2: (False, None, 4 * D)}
 
 
 # ---------------------------------------------------------------- client states

@@ -108,11 +108,12 @@ def test_a_nan_update_makes_keep_report_its_client_not_finite():
     fi.inner.results["train"] = pair
     flags = fi.keep("train", CLIENTS, {}, 1, 0)
     assert [k for k in flags if not flags[k][0]] == [2]
-    _, rest = flags[2]
+    _, rest, sent = flags[2]
+    assert sent == flags[1][2]  # a poisoned update was still sent: its bytes stay
     assert rest[0] is None and torch.isnan(rest[1]).all()
     assert flags[1][0] and torch.equal(flags[1][1][1], torch.tensor([10.0]))
     other = fi.keep("train", CLIENTS, {}, 2, 0)  # another round: untouched
-    assert all(ok for ok, _ in other.values())
+    assert all(ok for ok, _, _ in other.values())
 
 
 # ---------------------------------------------------------------- slowdown and poison
@@ -178,5 +179,5 @@ def test_what_the_injector_does_not_change_is_the_inner_executor_s():
 def test_no_faults_changes_nothing():
     fi, reported = injector()
     assert torch.equal(fi.call("train", [1], {}, 0)[1], vector(1, {}, 0))
-    assert fi.keep("train", [1], {}, 0, None) == {1: (True, None)}
+    assert fi.keep("train", [1], {}, 0, None) == {1: (True, None, 8)}  # [1, 0] as float32
     assert kills(fi) == [] and reported == []

@@ -12,6 +12,7 @@ import torch
 from raysoft.algorithms import ClientCall, Reduction
 from raysoft.algorithms.base import Plan, split_result
 from raysoft.params import get_flat
+from raysoft.runtime.comm import wire_bytes
 from raysoft.runtime.executor import finite
 
 Result = Callable[[int, dict[str, Any], int], Any]  # (client, payload, t) -> that client's result
@@ -48,12 +49,12 @@ class FakeExecutor:
         return self._run(op, client_ids, payload, t)
 
     def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, tuple[bool, Any]]:
+             part: int | None) -> dict[int, tuple[bool, Any, int]]:
         self.log.append(("keep", op, list(client_ids), payload, t, part))
         out = {}
         for k, r in self._run(op, client_ids, payload, t).items():
             self.kept[k], rest = split_result(r, part)
-            out[k] = (finite(r), rest)
+            out[k] = (finite(r), rest, wire_bytes(r))
         return out
 
     def accumulate(self, plan: Plan) -> torch.Tensor:
