@@ -462,6 +462,9 @@ class CCFL(StreamAlgorithm):
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
         return {"initial": initial_reply(state), "t": state.t}
 
+    def models(self, state: CCFLServerState) -> torch.Tensor:
+        return state.models
+
     def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, Any]:
         """``estimate_on: actors``: l_k = F(w_m; D_k) on every cluster's validation set, computed
         on the uploading client's actor (the same forward passes the server would make)."""

@@ -95,5 +95,8 @@ class FedSoftAsync(StreamAlgorithm):
         diag["fresh"] = True  # every client estimates its own mixture at every upload
         return state, None, diag
 
+    def models(self, state: CCFLServerState) -> torch.Tensor:
+        return state.models
+
     def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, Any]:
         return {"model": None, "t": state.t, "models": state.models.clone()}

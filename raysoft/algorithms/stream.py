@@ -192,6 +192,7 @@ class StreamAlgorithm(Configured[StreamConfig]):
         trained, estimation forward passes and seconds spent training and estimating."""
         a = self.settings
         reply = payload["replies"].get(ctx.client)
+        extras = (payload if reply is None else reply).get("extras") or {}  # back to the server as they came
         after, down, models = None, 0, None
         if reply is None:  # first upload: cold start from the server's current initialisation tuple (w, t)
             cs.tau = int(payload.get("t", 0))
@@ -239,7 +240,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
         # the arithmetic raysoft bench's floor counts (not recorded in the results)
         ledger = {"train": samples, "forward": forwards + len(cs.data.test_y) * (1 + (after is not None))}
         return cs, {"w": w, "tau": cs.tau, "before": before, "after": after, "mu": mu, "shares": cs.data.shares,
-                    "samples": len(cs.data), "silent": silent, "finished": time.time(), "ledger": ledger, **work,
+                    "samples": len(cs.data), "silent": silent, "finished": time.time(), "ledger": ledger,
+                    "extras": extras, **work,
                     "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
                              "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s,
                              "server_on_actor_s": work_s}}
@@ -264,10 +266,13 @@ class StreamAlgorithm(Configured[StreamConfig]):
         raise NotImplementedError
 
     def reply(self, state: Any, model: Params | None) -> dict[str, Any]:
-        """What goes back to the client: the reply's model, the server's epoch t, and (for
-        FedSoft-Async) the K cluster models."""
-        return {"model": model, "t": state.t, "models": None}
+        """What goes back to the client: the reply's model, (for FedSoft-Async) the K cluster
+        models, and optionally ``extras``, a dict of the plug-in's own fields (plain values and
+        tensors) that the client's next upload carries back unchanged as ``up["extras"]`` (a
+        model version, say). The engine adds ``t``, the uploads applied so far (the client's tau)."""
+        return {"model": model, "models": None}
 
     def models(self, state: Any) -> torch.Tensor:
-        """The cluster models (evaluated every ``eval_every`` uploads)."""
-        return state.models
+        """The cluster models [K, d] (evaluated every ``eval_every`` uploads, row k on cluster
+        k's test set): required of every algorithm with a server."""
+        raise NotImplementedError
