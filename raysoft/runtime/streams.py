@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence, pretrain
+from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence
 from ..config import Config
-from ..data.drift import DriftingImages
-from ..errors import plugin_call
+from ..errors import ConfigError, plugin_call
 from ..evaluation import summarize, weight_error
 from ..models import build_model
 from ..rng import numpy_rng
@@ -54,10 +53,14 @@ class StreamCoordinator(CoordinatorBase):
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
         self.a: StreamConfig = algorithm.settings
-        self.drift = DriftingImages(cfg.data, cfg.seed, self.a.public_samples, self.a.rest_split, self.a.validation)
+        self.drift = algorithm.source(cfg)  # the clients' data: any dataset, drift optional
         self.info = self.drift.info
+        if self.info.task != "classification":
+            raise ConfigError(f"algorithm {self.a.name}: a stream scores accuracy, so it needs a classification "
+                              f"dataset (data.name {cfg.data.name!r} is {self.info.task})")
         self.scratch = build_model(cfg.model, self.info)
-        self.initial_models = pretrain(cfg, self.a, self.drift, self.info)
+        self.initial_models = plugin_call(algorithm.initial_models, (cfg, self.drift),
+                                          f"algorithm {self.a.name!r} raised making its initial models")
         self.val_sets = [self.drift.validation(s) for s in range(self.drift.num_clusters)]
         self.val_samples = sum(len(y) for _, y in self.val_sets)  # the server's D_k, all K of them
         self.holdouts = [self.drift.holdout(s) for s in range(self.drift.num_clusters)]
