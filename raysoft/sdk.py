@@ -51,6 +51,7 @@ from .algorithms.stream import (
 from .callbacks import Callback, RunInfo
 from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, Sections, TrainConfig
 from .data import ClientData
+from .data.streams import StreamSource
 from .devices import device_slips, to_device, to_numpy
 from .errors import ConfigError, RaysoftError, Refusal, RunFailure
 from .models import DataInfo
@@ -69,7 +70,8 @@ __all__ = [
     "Algorithm", "Clustered", "Configured", "ClientCall", "ClientContext", "ClientOp", "ServerContext",
     "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced",
     # asynchronous streams
-    "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes", "pretrain", "DriftingDataset",
+    "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes", "pretrain", "StreamSource",
+    "DriftingDataset",
     # building blocks of client and server halves
     "uniform_selection", "scratch_optimizer", "train_from", "proximal_pull", "evaluate_vector", "own_data_metrics",
     "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",
