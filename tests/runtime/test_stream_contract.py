@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from raysoft.sdk import StreamAlgorithm, StreamConfig, nbytes
+import numpy as np
+
+from raysoft.sdk import DataConfig, DataInfo, StreamAlgorithm, StreamConfig, nbytes, numpy_rng
 
 SEEN = []  # (client, tau, extras) of every upload the server applied
 
@@ -82,6 +84,39 @@ class Fourfold(Counts):
 
 class NoModels(Base):
     pass
+
+
+class Points:
+    """A dataset plug-in without the drift hook: 3 classes around each distribution's own means."""
+
+    Settings = DataConfig
+
+    def __init__(self, settings, seed):
+        self.seed = seed
+        self.means = numpy_rng(seed, "points").normal(0.0, 3.0, (settings.distributions, 3, 4))
+        self.info = DataInfo(input_dim=4, num_outputs=3, task="classification")
+
+    def _draw(self, rng, counts):
+        y = [rng.integers(0, 3, int(n)) for n in counts]
+        x = np.concatenate([self.means[s, ys] + rng.normal(0, 1, (len(ys), 4)) for s, ys in enumerate(y)])
+        comps = np.concatenate([np.full(len(ys), s) for s, ys in enumerate(y)])
+        return torch.tensor(x, dtype=torch.float32), torch.from_numpy(np.concatenate(y)), comps
+
+    def client(self, k, n, shares):
+        rng = numpy_rng(self.seed, "client", k)
+        return self._draw(rng, rng.multinomial(n, shares / shares.sum()))
+
+    def holdout(self, dist):
+        counts = np.zeros(len(self.means), dtype=np.int64)
+        counts[dist] = 40
+        x, y, _ = self._draw(numpy_rng(self.seed, "holdout", dist), counts)
+        return x, y
+
+
+class DriftingPoints(Points):
+    def client_cycle(self, k, cycle, n, shares):
+        rng = numpy_rng(self.seed, "cycle", k, cycle)
+        return self._draw(rng, rng.multinomial(n, rng.dirichlet(np.ones(len(shares)))))
 '''
 
 
@@ -147,3 +182,20 @@ def test_a_missing_stream_hook_is_one_line_at_load_and_leaves_no_run_folder(fm, 
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.count("\n") == 1 and "must implement models" in ran.stderr, ran.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("dataset", ["Points", "DriftingPoints"])
+def test_ccfl_streams_over_a_dataset_plugin_drifting_where_it_says_how(tmp_path, plugin, dataset):
+    # streams refused anything but the built-in image datasets
+    cfg = stream_config(tmp_path, eval_every=8, public_samples=10)
+    cfg["data"] = {"name": f"contract_plugin:{dataset}", "clients": 6, "distributions": 3, "partition": "random",
+                   "samples_min": 20, "samples_max": 30}
+    cfg["model"] = {"name": "logistic"}
+    r = raysoft.run(cfg, out=tmp_path / "out")
+    summary = json.loads((r.run_dir / "summary.json").read_text())
+    assert summary["uploads"] == 24 and 0.0 <= summary["cli_bfr"] <= 1.0 and 0.0 <= summary["cluster_acc"] <= 1.0
+    clients = pd.read_parquet(r.run_dir / "clients.parquet")
+    moved = clients.groupby(["client", "distribution"]).share.nunique().max() > 1
+    assert moved == (dataset == "DriftingPoints")  # without client_cycle a client keeps its data
+    estimation = pd.read_parquet(r.run_dir / "estimation.parquet")
+    assert len(estimation) == 3 * (24 - summary["stale_uploads"])  # CCFL estimated on the holdouts' first samples
