@@ -63,7 +63,7 @@ def main() -> None:
     drift = DriftingImages(cfg.data, cfg.seed, a.public_samples, a.rest_split, a.validation)
     info = drift.info
     train_flop, fwd_flop = floor.flop_per_sample(cfg), floor.forward_flop_per_sample(cfg)
-    centers = pretrain(cfg, a, drift, info)
+    centers = pretrain(cfg, drift, a.pretrain_epochs, a.shared_init)
     val_sets = [drift.validation(s) for s in range(drift.num_clusters)]
     scratch = build_model(cfg.model, info)
     parts: dict[str, list] = {"local epoch": [], "F(w_m; D_k), K sets": [], "Cli Bfr + Cli Aft": [],

@@ -401,7 +401,7 @@ def resume(run_dir: str | Path, *, address: str | None = None, progress: str | N
     The finished run's metrics equal those of an uninterrupted run with the same seed. The
     checkpoint is loaded as data only (see :mod:`raysoft.runtime.checkpoint`): a file that
     would run code is refused."""
-    d = Path(run_dir)
+    d = Path(run_dir).expanduser().absolute()  # printed and returned absolute, as for a fresh run
     if not (d / "config.yaml").is_file():
         raise ConfigError(f"--resume: {str(d)!r} is not a run directory (no config.yaml)")
     if (d / "summary.json").is_file():

@@ -240,7 +240,10 @@ def _check_algorithm(obj: Any, what: str, declared: type | None = None) -> None:
     if template is not None and not getattr(declared or getattr(obj, "Settings", None), "stream", False):
         raise PluginError(f"{what}: a stream algorithm's Settings must be a subclass of raysoft.sdk.StreamConfig")
     if template is not None:
-        missing = [m for m in STREAM_METHODS if getattr(obj, m) is getattr(template, m)]
+        # every hook the engine calls and the template leaves open (``models``: with a server)
+        server: bool = getattr(obj, "has_server", True)
+        required = STREAM_METHODS + (("models",) if server else ())
+        missing = [m for m in required if getattr(obj, m) is getattr(template, m)]
         if missing:
             raise PluginError(f"{what}: a stream algorithm must implement {', '.join(missing)} "
                               "(the hooks of raysoft.sdk.StreamAlgorithm)")

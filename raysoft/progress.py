@@ -104,6 +104,7 @@ class Progress:
         self.first: tuple[float, int] | None = None  # (time, round) of the first report
         self.head = ""
         self.bar: tqdm | None = None  # made at the first report, so that its rate leaves out start-up
+        self.said: int | None = None  # the last round a line was said for (lines: each round once)
 
     def say(self, line: str) -> None:
         """One line of its own (below the bar, which is redrawn under it)."""
@@ -133,7 +134,10 @@ class Progress:
             self._draw(r)
             return
         eta = self.eta(r)  # from the first report, with or without a headline
-        if info.get("headline") is not None:
+        # one line a round: rounds replayed after a recovery from the last checkpoint, or a
+        # stream step that evaluated at the upload count already said, are not said again
+        if info.get("headline") is not None and (self.said is None or r > self.said):
+            self.said = r
             elapsed = _fmt_time(time.monotonic() - self.start)
             left = f"  ETA {_fmt_time(eta)}" if eta is not None else ""  # none before a round has been timed
             self.stream.write(f"{self.label}round {r}/{self.total}  elapsed {elapsed}{left}  {self.head}\n")

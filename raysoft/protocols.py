@@ -45,7 +45,8 @@ class Dataset(Protocol):
     """A dataset plug-in, made as ``Dataset(settings, seed)`` (``settings``: the ``data``
     section). Required: ``info``, ``client`` and ``holdout``; optional, read when present:
     ``client_sizes(num_clients, rng)``, ``client_mixtures(num_clients, distributions, rng)``,
-    ``set_layout(sizes, mixtures)`` and the classmethod ``verify(settings)``."""
+    ``set_layout(sizes, mixtures)``, the classmethod ``verify(settings)`` and, for streams,
+    ``client_cycle`` (:class:`DriftingDataset`)."""
 
     @property
     def info(self) -> DataInfo:
@@ -59,6 +60,19 @@ class Dataset(Protocol):
 
     def holdout(self, dist: int, /) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution ``dist``'s holdout set ``(x, y)``, on which the centers are scored."""
+        ...
+
+
+class DriftingDataset(Dataset, Protocol):
+    """A dataset whose clients' data changes between the cycles of a stream: a :class:`Dataset`
+    with the optional hook ``client_cycle`` (docs/plugins.md#streams-over-any-dataset). A dataset
+    without it feeds a stream too, its clients keeping their data from cycle to cycle."""
+
+    def client_cycle(self, k: int, cycle: int, n: int, shares: np.ndarray, /) -> tuple[Any, ...]:
+        """Client k's data of stream cycle ``cycle`` >= 1 (cycle 0 is :meth:`client`'s), in
+        :meth:`client`'s form ``(x, y, components[, test_x, test_y])``; ``n`` and ``shares``:
+        the client's size and mixture as the federation drew them. Deterministic in (seed, k,
+        cycle); the true mixture of the cycle is read from ``components``."""
         ...
 
 

@@ -39,17 +39,26 @@ from .algorithms.common import (
     train_from,
     uniform_selection,
 )
-from .algorithms.stream import StreamAlgorithm, StreamClient, StreamConfig, ValSets, client_update, nbytes
+from .algorithms.stream import (
+    StreamAlgorithm,
+    StreamClient,
+    StreamConfig,
+    ValSets,
+    client_update,
+    nbytes,
+    pretrain,
+)
 from .callbacks import Callback, RunInfo
 from .config import AlgorithmConfig, CallbackConfig, Config, DataConfig, ModelConfig, Sections, TrainConfig
 from .data import ClientData
+from .data.streams import StreamSource
 from .devices import device_slips, to_device, to_numpy
 from .errors import ConfigError, RaysoftError, Refusal, RunFailure
 from .models import DataInfo
 from .optim import SGD, Adam
 from .params import Params, get_flat, set_flat, weighted_sum
 from .plugins import PluginError
-from .protocols import CallbackHooks, Dataset, ModelFactory
+from .protocols import CallbackHooks, Dataset, DriftingDataset, ModelFactory
 from .rng import numpy_rng, torch_generator
 from .training import evaluate, make_optimizer, model_losses, per_sample_loss, proximal_train
 
@@ -61,7 +70,8 @@ __all__ = [
     "Algorithm", "Clustered", "Configured", "ClientCall", "ClientContext", "ClientOp", "ServerContext",
     "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced",
     # asynchronous streams
-    "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes",
+    "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes", "pretrain", "StreamSource",
+    "DriftingDataset",
     # building blocks of client and server halves
     "uniform_selection", "scratch_optimizer", "train_from", "proximal_pull", "evaluate_vector", "own_data_metrics",
     "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",

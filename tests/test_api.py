@@ -15,6 +15,7 @@ from support.configs import small_config
 
 import raysoft
 from raysoft.backends.plan import plan_actors
+from raysoft.cli import main as cli_main
 from raysoft.config import RayConfig
 from raysoft.params import weighted_sum
 
@@ -422,3 +423,28 @@ def test_resume_says_which_round_it_continues_from(tmp_path, capsys):
     said = capsys.readouterr().err.splitlines()
     assert f"fedsoft: resuming {run_dir} from round 2 of 4 (its last checkpoint)" in said
     assert (run_dir / "summary.json").is_file()
+
+
+def test_a_recovered_run_says_each_round_once(tmp_path, capsys):
+    # an actor killed at round 5 recovers from the checkpoint of round 3 and replays round 4,
+    # whose progress line was said twice
+    cfg = small_config(algorithm={"clients_per_round": 10, "rounds": 6, "eval_every": 1},
+                       output={"checkpoint_every": 3, "progress": "lines"},
+                       faults=[{"kind": "kill_actor", "at_round": 5, "actor": 0}])
+    raysoft.run(cfg, out=tmp_path)
+    said = [line for line in capsys.readouterr().err.splitlines() if "elapsed" in line]
+    assert [line.split()[2] for line in said] == [f"{r}/6" for r in range(7)]
+
+
+def test_resume_from_a_relative_path_prints_the_run_directory_absolute(tmp_path, capsys, monkeypatch):
+    # docs/running.md: the run directory is always printed absolute; --resume printed it as given
+    cfg = small_config(algorithm={"clients_per_round": 10}, output={"checkpoint_every": 2},
+                       faults=[{"kind": "nan_update", "at_round": 3, "client": 0}])
+    with pytest.raises(raysoft.errors.UpdateError):
+        raysoft.run(cfg, out=tmp_path, dir_name="stopped")
+    saved = yaml.safe_load((tmp_path / "stopped" / "config.yaml").read_text())
+    (tmp_path / "stopped" / "config.yaml").write_text(yaml.safe_dump({**saved, "faults": []}))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli_main(["run", "--resume", "stopped", "--progress", "none"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "stopped")

@@ -88,3 +88,13 @@ def test_a_closed_bar_stays_as_it_was_and_draws_nothing_more():
     out.write("raysoft: run stopped by SIGINT\n")
     bar.close()  # twice is harmless
     assert out.getvalue() == drawn + "raysoft: run stopped by SIGINT\n"
+
+
+def test_a_round_replayed_after_a_recovery_is_said_once():
+    # a run that recovers from its last checkpoint (round 3) replays round 4: its line was said twice
+    out = io.StringIO()
+    bar = Progress(6, "lines", stream=out, label="fedsoft")
+    for r in (3, 4, 4, 5):
+        bar({"round": r, "headline": {"mse[0]": float(r)}})
+    rounds = [line.split()[2] for line in out.getvalue().splitlines()]
+    assert rounds == ["3/6", "4/6", "5/6"]

@@ -17,9 +17,9 @@ applied so far, a client's reply carries the t it was made at (tau), and its nex
 applied at epoch t = (uploads applied by then) + 1, so the freshest possible upload has
 t - tau = 1 (as in the paper's Algorithm 1, where x_tau is downloaded and x_t is the t-th update).
 
-The client half is raysoft's stream template unchanged: it trains on objective (2) of CCFL,
-h(w) = f(w) + (rho/2)||w - anchor||^2 with the reply as anchor and as start, which is FedAsync's
-local problem. Only the server half is FedAsync's own: :func:`staleness_weight` and
+The client half is raysoft's stream template: it trains on h(w) = f(w) + (rho/2)||w - anchor||^2
+with the reply as anchor and as start (``proximal`` gives the template FedAsync's rho), which is
+FedAsync's local problem. Only the server half is FedAsync's own: :func:`staleness_weight` and
 :func:`fedasync_update` are its maths, pure functions tested alone.
 
 Of raysoft it imports only ``raysoft.sdk`` (the stable plug-in surface).
@@ -33,7 +33,18 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import Field
 
-from raysoft.sdk import Params, StreamAlgorithm, StreamClient, StreamConfig, ValSets, nbytes, weighted_sum
+from raysoft.sdk import (
+    Config,
+    Params,
+    StreamAlgorithm,
+    StreamClient,
+    StreamConfig,
+    StreamSource,
+    ValSets,
+    nbytes,
+    pretrain,
+    weighted_sum,
+)
 
 
 class FedAsyncConfig(StreamConfig):
@@ -49,6 +60,9 @@ class FedAsyncConfig(StreamConfig):
     )
     a: float = Field(0.5, ge=0.0, description="polynomial and hinge: the decay a")
     b: float = Field(4.0, ge=0.0, description="hinge: the staleness b up to which uploads are not discounted")
+    rho: float = Field(0.1, ge=0.0, description="the client's proximal term (rho/2)||x - x_tau||^2")
+    pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training the K cluster models whose average "
+                                 "is x_0, on the server's public samples")
 
 
 # ----------------------------------------------------------------------------- the server's maths
@@ -103,6 +117,13 @@ class FedAsync(StreamAlgorithm):
 
     Settings = FedAsyncConfig
     settings: FedAsyncConfig
+
+    # the start: K cluster models pre-trained on the server's public samples (x_0 is their average)
+    def initial_models(self, cfg: Config, data: StreamSource) -> torch.Tensor:
+        return pretrain(cfg, data, self.settings.pretrain_epochs)
+
+    def proximal(self) -> float:
+        return self.settings.rho  # FedAsync's local problem f(x) + (rho/2)||x - x_tau||^2
 
     # client half: the reply is the global model x_tau (anchor and start of the local training)
     def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:

@@ -46,12 +46,22 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config import Config
 from ..devices import to_device, to_numpy
 from ..params import ClientId, Params, weighted_sum
 from ..training import model_losses
 from .base import ClientContext
 from .settings import CCFLConfig
-from .stream import StreamAlgorithm, StreamClient, client_objective_gradient, client_start, client_update, nbytes
+from .stream import (
+    StreamAlgorithm,
+    StreamClient,
+    StreamSource,
+    client_objective_gradient,
+    client_start,
+    client_update,
+    nbytes,
+    pretrain,
+)
 
 Bar = float | Literal["min"]
 ValSets = Sequence[tuple[torch.Tensor, torch.Tensor]]
@@ -440,7 +450,21 @@ def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m:
 
 
 # ----------------------------------------------------------------------------- the algorithm
-class CCFL(StreamAlgorithm):
+class PretrainedStart(StreamAlgorithm):
+    """What CCFL and its baselines (FedSoft-Async, the stream Local) share: the K cluster models
+    pre-trained on the server's public sets (``pretrain_epochs``, ``shared_init``) and the
+    clients' proximal term (``rho``), settings of CCFL's, not of the stream template's."""
+
+    settings: CCFLConfig
+
+    def initial_models(self, cfg: Config, data: StreamSource) -> torch.Tensor:
+        return pretrain(cfg, data, self.settings.pretrain_epochs, self.settings.shared_init)
+
+    def proximal(self) -> float:
+        return self.settings.rho
+
+
+class CCFL(PretrainedStart):
     """CCFL as a stream algorithm: the client trains on objective (2) from the personalised
     reply (:func:`client_update`, shared with the baselines); the server runs
     :func:`on_upload` on every upload."""
@@ -462,6 +486,9 @@ class CCFL(StreamAlgorithm):
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
         return {"initial": initial_reply(state), "t": state.t}
 
+    def models(self, state: CCFLServerState) -> torch.Tensor:
+        return state.models
+
     def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, Any]:
         """``estimate_on: actors``: l_k = F(w_m; D_k) on every cluster's validation set, computed
         on the uploading client's actor (the same forward passes the server would make)."""
@@ -469,7 +496,8 @@ class CCFL(StreamAlgorithm):
         if a.estimate_on != "actors" or w is None:
             return {}
         if self._val_sets is None:  # the server's D_k, built once per host from (data, seed)
-            self._val_sets = [cs.drift.validation(s) for s in range(cs.drift.num_clusters)]
+            data = self.source(ctx.cfg)
+            self._val_sets = [data.validation(s) for s in range(data.num_clusters)]
         self._val_sets = to_device(self._val_sets, ctx.device)  # once per host: the sets on its device
         return {"l": cluster_losses(ctx.scratch, w, self._val_sets, ctx.info.task, a.loss_reduction,
                                     a.loss_batch_size)}
@@ -489,7 +517,7 @@ class CCFL(StreamAlgorithm):
 
 
 __all__ = [
-    "CCFL", "TABLE2", "CCFLServerState", "Estimate", "adjustment_active", "adjustment_rejects",
+    "CCFL", "TABLE2", "CCFLServerState", "PretrainedStart", "Estimate", "adjustment_active", "adjustment_rejects",
     "alpha1", "alpha2", "amplify", "count_updates", "client_objective_gradient", "client_start", "client_update",
     "cluster_losses", "combine_scores", "dataset_losses", "estimate_distribution", "init_server_state",
     "initial_reply", "is_stale", "kl_floor", "largest_weight", "model_distances", "on_upload",

@@ -22,6 +22,7 @@ from ..training import model_losses
 from .base import ClientContext
 from .ccfl import (
     CCFLServerState,
+    PretrainedStart,
     alpha2,
     count_updates,
     init_server_state,
@@ -32,7 +33,7 @@ from .ccfl import (
 )
 from .fedsoft import importance_weights
 from .settings import CCFLConfig, FedSoftAsyncConfig
-from .stream import StreamAlgorithm, StreamClient, ValSets, nbytes
+from .stream import StreamClient, ValSets, nbytes
 
 
 def async_ratios(mu: np.ndarray, gap: np.ndarray, params: CCFLConfig) -> np.ndarray:
@@ -61,7 +62,7 @@ def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId
                    versions=count_updates(state.versions, alpha > 0)), diag
 
 
-class FedSoftAsync(StreamAlgorithm):
+class FedSoftAsync(PretrainedStart):
     """The client estimates its mixture on the K models it downloads and mixes its own reply."""
 
     Settings = FedSoftAsyncConfig
@@ -94,6 +95,9 @@ class FedSoftAsync(StreamAlgorithm):
         state, diag = on_upload_async(state, self.settings, client, up["w"], up["tau"], up["mu"])
         diag["fresh"] = True  # every client estimates its own mixture at every upload
         return state, None, diag
+
+    def models(self, state: CCFLServerState) -> torch.Tensor:
+        return state.models
 
     def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, Any]:
         return {"model": None, "t": state.t, "models": state.models.clone()}

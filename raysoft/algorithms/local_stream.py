@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from ..params import Params
-from .ccfl import CCFLServerState, init_server_state, initial_reply
+from .ccfl import CCFLServerState, PretrainedStart, init_server_state, initial_reply
 from .settings import LocalStreamConfig
-from .stream import StreamAlgorithm, StreamClient, ValSets
+from .stream import StreamClient, ValSets
 
 
-class LocalStream(StreamAlgorithm):
+class LocalStream(PretrainedStart):
     """CCFL's Local baseline: no server; each client keeps training its own model."""
 
     Settings = LocalStreamConfig  # the CCFL comparison's keys, so one job file runs all three

@@ -145,9 +145,12 @@ class FPFCConfig(AlgorithmConfig):
 
 class StreamConfig(AlgorithmConfig):
     """The keys every stream algorithm has (CCFL, FedSoft-Async, the stream Local and a user's
-    own): an asynchronous stream of uploads on drifting image data. ``rounds`` is the number of
-    uploads (global epochs T; default clients x cycles), ``eval_every`` the uploads between
-    cluster evaluations. Defaults: the CCFL paper's FashionMNIST (4 clusters) setting."""
+    own): an asynchronous stream of uploads on any classification dataset (the rotated image
+    mixtures drift; another dataset drifts where it says how, raysoft.data.streams). ``rounds``
+    is the number of uploads (global epochs T; default clients x cycles), ``eval_every`` the
+    uploads between cluster evaluations. Defaults: the CCFL paper's FashionMNIST (4 clusters)
+    setting. CCFL's pre-training and proximal term are CCFLConfig's (``pretrain_epochs``,
+    ``shared_init``, ``rho``)."""
 
     rounds: int = Field(2000, ge=1, description="uploads T; default data.clients x cycles")
     cycles: int = Field(25, ge=1, description="average upload-download cycles per client (FMNIST: 25)")
@@ -157,25 +160,21 @@ class StreamConfig(AlgorithmConfig):
         "virtual", description="virtual: uploads applied in virtual-time order (reproducible); "
         "realtime: in arrival order"
     )
-    rho: float = Field(0.1, ge=0.0, description="weight of the client's proximal term (rho/2)||w - wbar||^2")
     local_epochs: int | None = Field(
-        None, ge=1, description="H, the local epochs of a client's cycle on objective (2); null: train.local_epochs"
+        None, ge=1, description="H, the local epochs of a client's cycle; null: train.local_epochs"
     )
     client_starts_from_reply: bool = Field(
         True, description="a client trains from the reply it received (also its prox anchor); false: from its "
         "own last local model"
     )
-    public_samples: int = Field(2000, ge=1, description="server's public images per cluster (pre-training, D_k)")
-    pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training each cluster model [GUESS]")
-    shared_init: bool = Field(
-        True, description="every cluster model starts from the same random initialisation before pre-training "
-        "(so that the initial reply, their average, is a working model) [GUESS]; false: one per cluster"
-    )
+    public_samples: int = Field(2000, ge=1, description="the server's samples per cluster (its validation set D_k; "
+                                "CCFL pre-trains on them): images of the test split, or a dataset's holdout's first")
     upload_rate: list[float] = Field(
         default_factory=lambda: [0.5, 2.0],
         description="each client's upload clock: exponential gaps with a rate drawn from U[min, max]",
     )
-    drift: bool = Field(True, description="fresh data after every cycle; false: the first dataset stays")
+    drift: bool = Field(True, description="fresh data after every cycle (where the dataset drifts); false: the "
+                        "first dataset stays")
     rest_split: Literal["dirichlet", "uniform", "some"] = Field(
         "dirichlet", description="how a client's non-main share is split over the other clusters: Dirichlet(1) over "
         "all of them, equally, or Dirichlet(1) over a random non-empty subset of them (the others get 0)"
@@ -219,10 +218,14 @@ class StreamConfig(AlgorithmConfig):
         return self
 
     def check_with(self, cfg: Sections) -> None:
-        """Checks against the other sections: a stream runs on image data, without faults."""
+        """Checks against the other sections: a stream runs on a classification dataset (any
+        other: its task is checked when its data is made), without faults."""
+        from ..catalog import data_kind
+
         data = cfg.data
-        if data.name not in ("fmnist", "emnist_letters", "cifar10", "cifar100"):
-            raise ValueError(f"algorithm {self.name}: needs an image dataset (data.name), not {data.name!r}")
+        if data.name == "synthetic" and data_kind(data.name)[0] == "regression":
+            raise ValueError(f"algorithm {self.name}: a stream scores accuracy, so it needs a classification "
+                             f"dataset (data.name {data.name!r} is regression)")
         if cfg.faults:
             raise ValueError(f"algorithm {self.name}: fault injection is for synchronous rounds only (not for streams)")
         if data.join_schedule is not None and len(data.join_schedule) != data.clients:
@@ -240,6 +243,12 @@ class CCFLConfig(StreamConfig):
     implementation: ClassVar[str | None] = "raysoft.algorithms.ccfl:CCFL"
 
     name: Literal["ccfl", "fedsoft_async", "local_stream"] = "ccfl"
+    rho: float = Field(0.1, ge=0.0, description="weight of the client's proximal term (rho/2)||w - wbar||^2")
+    pretrain_epochs: int = Field(5, ge=0, description="epochs of pre-training each cluster model [GUESS]")
+    shared_init: bool = Field(
+        True, description="every cluster model starts from the same random initialisation before pre-training "
+        "(so that the initial reply, their average, is a working model) [GUESS]; false: one per cluster"
+    )
     c1: float = Field(0.5, ge=0.0, le=1.0)
     c2: float = Field(0.25, ge=0.0, le=1.0)
     amplifier: list[float] = Field(default_factory=lambda: [7.0], description="A, applied once per value")

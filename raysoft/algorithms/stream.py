@@ -29,9 +29,10 @@ import torch
 from torch import nn
 
 from ..config import Config, TrainConfig
-from ..data.drift import CycleData, DriftingImages
+from ..data.drift import CycleData
+from ..data.streams import StreamSource, stream_source
 from ..devices import to_device
-from ..models import DataInfo, build_model
+from ..models import build_model
 from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng, torch_generator
@@ -60,7 +61,7 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
 @dataclass
 class StreamClient:
     client: int
-    drift: DriftingImages
+    drift: StreamSource | None  # the data's source: not checkpointed, attached again from (data, seed)
     optimizer: Adam | SGD
     local: Params | None = None
     tau: int = 0
@@ -72,6 +73,7 @@ class StreamClient:
     @property
     def data(self) -> CycleData:
         if self.cache is None:
+            assert self.drift is not None, "a stream client's data source is attached by the template"
             self.cache = self.drift.cycle(self.client, self.cycle)
         return self.cache
 
@@ -85,18 +87,20 @@ class StreamClient:
         self.cache = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "cache": None}
+        return {**self.__dict__, "cache": None, "drift": None}
 
 
-def pretrain(cfg: Config, settings: StreamConfig, drift: DriftingImages, info: DataInfo) -> torch.Tensor:
-    """Each cluster model pre-trained on its public set (``pretrain_epochs`` with ``train``)."""
+def pretrain(cfg: Config, data: StreamSource, epochs: int = 0, shared_init: bool = True) -> torch.Tensor:
+    """The K cluster models [K, d], each pre-trained on its cluster's public set for ``epochs``
+    (with the ``train`` section), from one shared random initialisation (``shared_init``) or
+    one per cluster. ``epochs`` 0: the initialisations themselves."""
     out = []
-    for s in range(drift.num_clusters):
-        model = build_model(cfg.model, info, torch_generator(cfg.seed, "center", 0 if settings.shared_init else s))
-        if settings.pretrain_epochs:
-            x, y = drift.public(s)
-            proximal_train(model, make_optimizer(cfg.train, model.parameters()), x, y, "classification", cfg.train,
-                           rng=numpy_rng(cfg.seed, "pretrain", s), epochs=settings.pretrain_epochs)
+    for s in range(data.num_clusters):
+        model = build_model(cfg.model, data.info, torch_generator(cfg.seed, "center", 0 if shared_init else s))
+        if epochs:
+            x, y = data.public(s)
+            proximal_train(model, make_optimizer(cfg.train, model.parameters()), x, y, data.info.task, cfg.train,
+                           rng=numpy_rng(cfg.seed, "pretrain", s), epochs=epochs)
         out.append(get_flat(model))
     return torch.stack(out)
 
@@ -136,13 +140,38 @@ class StreamAlgorithm(Configured[StreamConfig]):
     def __init__(self, settings: StreamConfig) -> None:
         super().__init__(settings)
         self.client_ops = {"stream_step": self.step, "stream_score": self.score}
+        self._source: StreamSource | None = None
+
+    # ------------------------------------------------------------------ data and the start
+    def source(self, cfg: Config) -> StreamSource:
+        """The clients' data (:func:`raysoft.data.streams.stream_source`), made once where the
+        algorithm lives."""
+        if self._source is None:
+            a = self.settings
+            self._source = stream_source(cfg.data, cfg.seed, a.public_samples, a.rest_split, a.validation)
+        return self._source
+
+    def initial_models(self, cfg: Config, data: StreamSource) -> torch.Tensor:
+        """The K cluster models [K, d] the server starts from (``init_server``'s argument):
+        by default one random initialisation (the model's, from ``(seed, "center", 0)``) for
+        every cluster; CCFL and its baselines pre-train theirs (``pretrain_epochs``)."""
+        return pretrain(cfg, data)
+
+    def proximal(self) -> float:
+        """rho of objective (2), the pull of a client's training towards the reply it got
+        (rho/2)||w - anchor||^2; 0 by default: plain local training from the reply."""
+        return 0.0
 
     # ------------------------------------------------------------------ client half
     def init_client(self, ctx: ClientContext) -> StreamClient:
-        a = self.settings
-        drift = DriftingImages(ctx.cfg.data, ctx.cfg.seed, a.public_samples, a.rest_split, a.validation)
-        return StreamClient(client=ctx.client, drift=drift,
+        return StreamClient(client=ctx.client, drift=self.source(ctx.cfg),
                             optimizer=make_optimizer(ctx.cfg.train, ctx.scratch.parameters()))
+
+    def attach(self, ctx: ClientContext, cs: StreamClient) -> StreamClient:
+        """``cs`` with its data source (states moved or restored from a checkpoint come without it)."""
+        if cs.drift is None:
+            cs.drift = self.source(ctx.cfg)
+        return cs
 
     def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
         """(anchor, the K models if they came down, bytes downloaded) of a cold start."""
@@ -179,6 +208,7 @@ class StreamAlgorithm(Configured[StreamConfig]):
 
     def score(self, ctx: ClientContext, cs: StreamClient, payload: dict[str, Any], t: int):
         """Client op ``stream_score``: at the end of the stream, the last reply's Cli Aft."""
+        self.attach(ctx, cs)
         anchor, _, _ = self.receive(cs, payload["replies"][ctx.client])
         return cs, self.score_reply(ctx, cs, anchor)
 
@@ -191,7 +221,9 @@ class StreamAlgorithm(Configured[StreamConfig]):
         ``max_silent_ticks`` passed). Also returns the client's costs: bytes down/up, samples
         trained, estimation forward passes and seconds spent training and estimating."""
         a = self.settings
+        self.attach(ctx, cs)
         reply = payload["replies"].get(ctx.client)
+        extras = (payload if reply is None else reply).get("extras") or {}  # back to the server as they came
         after, down, models = None, 0, None
         if reply is None:  # first upload: cold start from the server's current initialisation tuple (w, t)
             cs.tau = int(payload.get("t", 0))
@@ -212,7 +244,7 @@ class StreamAlgorithm(Configured[StreamConfig]):
             epochs = a.local_epochs or ctx.cfg.train.local_epochs  # H, the local work of a cycle
             data = cs.data_on(ctx.device)
             start = client_update(ctx.scratch, cs.optimizer, data.x, data.y, ctx.info.task, ctx.cfg.train,
-                                  anchor, a.rho, rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle),
+                                  anchor, self.proximal(), rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, cs.cycle),
                                   epochs=epochs)
             samples += len(cs.data) * epochs
             train_s += time.perf_counter() - tick
@@ -239,7 +271,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
         # the arithmetic raysoft bench's floor counts (not recorded in the results)
         ledger = {"train": samples, "forward": forwards + len(cs.data.test_y) * (1 + (after is not None))}
         return cs, {"w": w, "tau": cs.tau, "before": before, "after": after, "mu": mu, "shares": cs.data.shares,
-                    "samples": len(cs.data), "silent": silent, "finished": time.time(), "ledger": ledger, **work,
+                    "samples": len(cs.data), "silent": silent, "finished": time.time(), "ledger": ledger,
+                    "extras": extras, **work,
                     "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
                              "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s,
                              "server_on_actor_s": work_s}}
@@ -264,10 +297,13 @@ class StreamAlgorithm(Configured[StreamConfig]):
         raise NotImplementedError
 
     def reply(self, state: Any, model: Params | None) -> dict[str, Any]:
-        """What goes back to the client: the reply's model, the server's epoch t, and (for
-        FedSoft-Async) the K cluster models."""
-        return {"model": model, "t": state.t, "models": None}
+        """What goes back to the client: the reply's model, (for FedSoft-Async) the K cluster
+        models, and optionally ``extras``, a dict of the plug-in's own fields (plain values and
+        tensors) that the client's next upload carries back unchanged as ``up["extras"]`` (a
+        model version, say). The engine adds ``t``, the uploads applied so far (the client's tau)."""
+        return {"model": model, "models": None}
 
     def models(self, state: Any) -> torch.Tensor:
-        """The cluster models (evaluated every ``eval_every`` uploads)."""
-        return state.models
+        """The cluster models [K, d] (evaluated every ``eval_every`` uploads, row k on cluster
+        k's test set): required of every algorithm with a server."""
+        raise NotImplementedError

@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence, pretrain
+from ..algorithms.stream import StreamAlgorithm, StreamConfig, kl_divergence
 from ..config import Config
-from ..data.drift import DriftingImages
-from ..errors import plugin_call
+from ..errors import ConfigError, plugin_call
 from ..evaluation import summarize, weight_error
 from ..metrics import headline_dists
 from ..models import build_model
@@ -47,7 +46,7 @@ class StreamCoordinator(CoordinatorBase):
 
     # everything a checkpoint must hold to continue the stream exactly (no random state: every
     # draw is derived from (seed, purpose, ids))
-    CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
+    CHECKPOINTED = ("state", "uploads", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
                     "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "center_scores", "means", "totals",
                     "final_before", "final_after", "cluster_history", "finished")
 
@@ -56,10 +55,14 @@ class StreamCoordinator(CoordinatorBase):
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
         self.a: StreamConfig = algorithm.settings
-        self.drift = DriftingImages(cfg.data, cfg.seed, self.a.public_samples, self.a.rest_split, self.a.validation)
+        self.drift = algorithm.source(cfg)  # the clients' data: any dataset, drift optional
         self.info = self.drift.info
+        if self.info.task != "classification":
+            raise ConfigError(f"algorithm {self.a.name}: a stream scores accuracy, so it needs a classification "
+                              f"dataset (data.name {cfg.data.name!r} is {self.info.task})")
         self.scratch = build_model(cfg.model, self.info)
-        self.initial_models = pretrain(cfg, self.a, self.drift, self.info)
+        self.initial_models = plugin_call(algorithm.initial_models, (cfg, self.drift),
+                                          f"algorithm {self.a.name!r} raised making its initial models")
         self.val_sets = [self.drift.validation(s) for s in range(self.drift.num_clusters)]
         self.val_samples = sum(len(y) for _, y in self.val_sets)  # the server's D_k, all K of them
         self.holdouts = [self.drift.holdout(s) for s in range(self.drift.num_clusters)]
@@ -70,6 +73,7 @@ class StreamCoordinator(CoordinatorBase):
     def init_run(self) -> None:
         n = self.cfg.data.clients
         self.state = self.algorithm.init_server(self.initial_models)
+        self.uploads = 0  # the engine's upload counter (the global epoch t): never the plug-in's state
         self.joins = np.asarray(self.cfg.data.join_schedule or [0.0] * n, dtype=float)
         self.next_time = np.array([self.joins[m] + self._gap(m, 0) for m in range(n)])  # each client's next tick
         self.ticks = np.zeros(n, dtype=np.int64)  # clock ticks used (uploads + silent ticks)
@@ -94,10 +98,15 @@ class StreamCoordinator(CoordinatorBase):
 
     @property
     def round(self) -> int:
-        return self.state.t
+        return self.uploads
 
     def done(self) -> bool:
-        return self.state.t >= self.a.rounds
+        return self.uploads >= self.a.rounds
+
+    def restore(self, blob: dict[str, Any] | None) -> None:
+        super().restore(blob)
+        if blob is not None and "uploads" not in blob:  # a checkpoint from before the engine counted
+            self.uploads = int(self.state.t)
 
     def _gap(self, m: int, c: int) -> float:
         return float(numpy_rng(self.cfg.seed, "clock", m, c).exponential(1.0 / self.rates[m]))
@@ -122,13 +131,14 @@ class StreamCoordinator(CoordinatorBase):
         self.state, reply, diag = plugin_call(
             self.algorithm.server_step, (self.state, m, up, self.scratch, self.val_sets),
             f"algorithm {self.a.name!r} raised in its server step, upload of client {m}")
+        self.uploads += 1  # the engine counts, whatever the plug-in's state says
         self.totals["server_estimation_s"] += diag.get("server_s", 0.0)
         self.totals["server_forwards"] += diag.get("server_forwards", 0)
         ledger = up.get("ledger", {})
         self._count("train", ledger.get("train", 0))
         self._count("forward", ledger.get("forward", 0) + diag.get("server_forwards", 0)
                     + ("l" in up) * self.val_samples)  # F(w_m; D_k) made on the actor
-        t, vt = self.state.t, up["vtime"]
+        t, vt = self.uploads, up["vtime"]
         self.stale += bool(diag["stale"])
         for name, value in up["before"].items():
             self.row("client", m, -1, f"{name}_before", value, vtime=vt)
@@ -169,7 +179,9 @@ class StreamCoordinator(CoordinatorBase):
             self.recorder.add("clients", step=t, client=m, distribution=s, share=float(share),
                               samples=int(round(share * up["samples"])))
         self.last_step[m], self.last_shares[m], self.last_vtime[m] = t, np.asarray(up["shares"]), vt
-        self.replies[m] = self.algorithm.reply(self.state, reply)
+        # the reply, stamped with the engine's epoch t (the client's tau); its ``extras`` come back
+        # with the client's next upload
+        self.replies[m] = {**self.algorithm.reply(self.state, reply), "t": t}
         self.ticks[m] += 1 + up["silent"]
         self.next_time[m] = vt + self._gap(m, int(self.ticks[m]))
 
@@ -191,7 +203,7 @@ class StreamCoordinator(CoordinatorBase):
         rest = [m for m in sorted(self.replies) if m not in self.computed]
         if rest:
             scores = self.executor.call("stream_score", rest, {"replies": {m: self.replies[m] for m in rest}},
-                                        self.state.t)
+                                        self.uploads)
             for m in rest:
                 self._record_after(m, scores[m])
 
@@ -229,13 +241,14 @@ class StreamCoordinator(CoordinatorBase):
         frontier = float(self._keys().min())
         need = [m for m in range(n) if m not in self.computed and (m in self.replies or self.joins[m] <= frontier)]
         if need:
-            payload = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
+            payload: dict[str, Any] = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
             if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
                 payload.update(self.algorithm.cold_start(self.state, self.initial_models))
+                payload["t"] = self.uploads  # the engine's epoch stamps the newcomers' first uploads
             if hasattr(self.executor, "set_costs"):  # balanced steps (ray.balance: cost)
                 self.executor.set_costs(self._step_costs())
             tick = time.perf_counter()
-            done = self.executor.call("stream_step", need, payload, self.state.t)
+            done = self.executor.call("stream_step", need, payload, self.uploads)
             waited = time.perf_counter() - tick
             for m in sorted(done):
                 done[m]["vtime"] = self._upload_time(m, done[m]["silent"])
@@ -244,7 +257,7 @@ class StreamCoordinator(CoordinatorBase):
         order = None
         if self.a.mode == "realtime":  # arrival order within the batch
             order = sorted(self.computed, key=lambda m: (self.computed[m]["finished"], m))
-        while self.state.t < total:
+        while self.uploads < total:
             if order is not None:
                 if not order:
                     break
@@ -255,15 +268,15 @@ class StreamCoordinator(CoordinatorBase):
                 if m not in self.computed:
                     break
             self._apply(m, self.computed.pop(m))
-            if self.state.t % self.a.eval_every == 0 or self.state.t == total:
+            if self.uploads % self.a.eval_every == 0 or self.uploads == total:
                 head = self.evaluate()
             self.maybe_checkpoint()
-        if self.state.t >= total:
+        if self.uploads >= total:
             self._finish()
         work, self._work = self._work, {}
         # the coordinator's own seconds (applying the uploads: the server steps, evaluations,
         # checkpoints) and the clients it waited for
-        info = {"round": self.state.t, "headline": head, "work": work, "trained": len(need),
+        info = {"round": self.uploads, "headline": head, "work": work, "trained": len(need),
                 "coordinator_busy_s": time.perf_counter() - began - waited, "coordinator_bytes": 0}
         info.update(self._executor_counters())
         return info
@@ -302,6 +315,6 @@ class StreamCoordinator(CoordinatorBase):
                                      "server_estimation": tot["server_estimation_s"],
                                      "server_estimation_on_actors": tot.get("server_on_actor_s", 0.0)})
         out.update(run_id=self.recorder.run_id, kind="stream", algorithm=self.a.name, dataset=self.cfg.data.name,
-                   rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
+                   rounds=int(self.uploads), uploads=int(self.uploads), stale_uploads=int(self.stale),
                    wall_time_s=self.elapsed(), events=self.event_counts())
         return self.recorder.tables(), out

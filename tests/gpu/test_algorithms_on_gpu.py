@@ -135,6 +135,7 @@ EXAMPLE_JOBS = {  # example -> what makes its job small (a few rounds, few clien
                  "algorithm.pretrain_epochs=1", "data.samples_min=10", "data.samples_max=20", "data.test_samples=8",
                  "model.channels=[2, 4]", "model.hidden=8"],
     "npz_clients": ["algorithm.rounds=4", "algorithm.eval_every=2"],
+    "fedbuff": ["data.clients=6", "algorithm.rounds=12", "algorithm.eval_every=6"],
 }
 
 

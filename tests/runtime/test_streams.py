@@ -200,7 +200,7 @@ def test_local_work_per_cycle_is_a_key(tmp_path, fm):
 
 
 def test_stream_config_errors():
-    with pytest.raises(raysoft.ConfigError, match="needs an image dataset"):
+    with pytest.raises(raysoft.ConfigError, match="needs a classification dataset"):
         raysoft.load_config(None, ["algorithm.name=ccfl"])
     with pytest.raises(raysoft.ConfigError, match="c1 \\+ c2 must be <= 1"):
         raysoft.load_config(None, ["algorithm={name: ccfl, c1: 0.8, c2: 0.5}", "data.name=fmnist"])
