@@ -167,6 +167,8 @@ class ScenarioData(DataConfig):
         "blur sigma; default s*360/S, 1-0.6s/(S-1), 0.3s/(S-1), 1.5s/(S-1)"
     )
     test_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="each client's own test split, from its share")
+    samples_min: int = Field(100, ge=1, description="not read: the partition sets the clients' sizes")
+    samples_max: int = Field(200, ge=1, description="not read: the partition sets the clients' sizes")
 
     NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition",)
 

@@ -5,7 +5,8 @@ versions, and a change to it is written in the changelog of docs/plugins.md (its
 "Changelog"). Anything else under ``raysoft`` is internal and may change without notice. The
 protocols (what an algorithm, a stream algorithm, a model factory, a dataset and a callback must
 provide) are types here (:class:`Algorithm`, :class:`Clustered`, :class:`StreamAlgorithm`,
-:class:`ModelFactory`, :class:`Dataset`, :class:`CallbackHooks`), so mypy checks a plug-in
+:class:`ModelFactory`, :class:`Dataset`, :class:`LabelledPool`,
+:class:`CallbackHooks`), so mypy checks a plug-in
 against them (``_: type[Algorithm] = MyAlgorithm``), and are documented in docs/plugins.md, on
 real examples (``examples/``).
 
@@ -49,7 +50,7 @@ from .models import DataInfo
 from .optim import SGD, Adam
 from .params import Params, get_flat, set_flat, weighted_sum
 from .plugins import PluginError
-from .protocols import CallbackHooks, Dataset, ModelFactory
+from .protocols import CallbackHooks, Dataset, LabelledPool, ModelFactory
 from .rng import numpy_rng, torch_generator
 from .training import evaluate, make_optimizer, model_losses, per_sample_loss, proximal_train
 
@@ -69,7 +70,7 @@ __all__ = [
     # devices: a client op's tensors live on ctx.device (ctx.tensor makes one there); to numpy only through this
     "to_numpy", "to_device", "device_slips",
     # models and datasets: their protocols and types
-    "ModelFactory", "Dataset", "DataInfo", "ClientData",
+    "ModelFactory", "Dataset", "LabelledPool", "DataInfo", "ClientData",
     # callbacks: the protocol, a base class with no-op hooks, what a callback knows of its run
     "CallbackHooks", "Callback", "RunInfo",
     # errors

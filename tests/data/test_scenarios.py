@@ -279,3 +279,20 @@ def test_a_composed_run_writes_clusters_and_label_counts(pool_root, tmp_path):
     train = labels[labels.split == "train"].groupby("client")["count"].sum()
     assert train.to_dict() == {k: int(fed.sizes[k]) for k in range(8)}
     assert set(labels.split) == {"train", "test"}
+
+
+def test_every_listed_scenario_has_a_job_that_loads_with_its_settings():
+    from raysoft.config import load_config
+    from raysoft.listing import listing
+
+    root = Path(__file__).resolve().parents[2]
+    text = listing(["datasets"], ["scenario"])
+    assert len(ScenarioData.SCENARIOS) == 7
+    for name, keys, _, job in ScenarioData.SCENARIOS:
+        assert f"      {name}: {keys}" in text and job in text
+        data = load_config(root / job).data
+        assert isinstance(data, ScenarioData) and data.base == "fmnist"
+        for pair in keys.split(", "):
+            key, value = pair.split(": ")
+            if "|" not in value and "[" not in value:
+                assert str(getattr(data, key)) == value, (job, key)
