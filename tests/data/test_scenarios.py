@@ -313,3 +313,17 @@ def test_a_plugin_base_is_checked_before_the_run_and_shipped(tmp_path, monkeypat
     raw["data"]["base"] = "labelled_blobs:Missing"
     with pytest.raises(Exception, match="Missing"):
         check_data(parse_config(raw))
+
+
+def test_the_rotated_mixtures_count_the_labels_their_clients_hold(pool_root):
+    from raysoft.catalog import ImageData
+
+    root, _, _ = pool_root
+    cfg = ImageData(name="fmnist", root=str(root), clients=6, distributions=2, partition="random",
+                    samples_min=30, samples_max=80)
+    fed = Federation(cfg, seed=0)
+    counts = fed.label_counts()
+    assert counts is not None
+    for k in range(6):
+        held = np.bincount(fed.client_data(k).y.numpy(), minlength=10)
+        assert set(counts[k]) == {"train"} and np.array_equal(counts[k]["train"], held)
