@@ -303,14 +303,14 @@ def test_a_plugin_base_is_checked_before_the_run_and_shipped(tmp_path, monkeypat
     from raysoft.config import parse_config
     from raysoft.plugins import ship_paths
 
-    (tmp_path / "labelled_blobs.py").write_text(textwrap.dedent(LABELLED))
+    (tmp_path / "shipped_blobs.py").write_text(textwrap.dedent(LABELLED))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     raw = {"algorithm": {"name": "fedavg", "clients_per_round": 4}, "model": {"name": "logistic"},
-           "data": {"name": "scenario", "base": "labelled_blobs:Blobs", "clients": 4, "distributions": 2}}
+           "data": {"name": "scenario", "base": "shipped_blobs:Blobs", "clients": 4, "distributions": 2}}
     cfg = check_data(parse_config(raw))
-    assert ship_paths(cfg) == [str((tmp_path / "labelled_blobs.py").resolve())]
-    raw["data"]["base"] = "labelled_blobs:Missing"
+    assert ship_paths(cfg) == [str((tmp_path / "shipped_blobs.py").resolve())]
+    raw["data"]["base"] = "shipped_blobs:Missing"
     with pytest.raises(Exception, match="Missing"):
         check_data(parse_config(raw))
 
