@@ -5,10 +5,9 @@ versions, and a change to it is written in the changelog of docs/plugins.md (its
 "Changelog"). Anything else under ``raysoft`` is internal and may change without notice. The
 protocols (what an algorithm, a stream algorithm, a model factory, a dataset and a callback must
 provide) are types here (:class:`Algorithm`, :class:`Clustered`, :class:`StreamAlgorithm`,
-:class:`ModelFactory`, :class:`Dataset`, :class:`LabelledPool`,
-:class:`CallbackHooks`), so mypy checks a plug-in
-against them (``_: type[Algorithm] = MyAlgorithm``), and are documented in docs/plugins.md, on
-real examples (``examples/``).
+:class:`ModelFactory`, :class:`Dataset`, :class:`LabelledPool`, :class:`CallbackHooks`), so
+mypy checks a plug-in against them (``_: type[Algorithm] = MyAlgorithm``), and are documented in
+docs/plugins.md, on real examples (``examples/``).
 
 This module imports torch (the algorithm building blocks need it); a driver that only validates
 configs never imports it.
