@@ -103,21 +103,22 @@ def check_data(cfg: Config) -> Config:
     the model does not fit the data; pin the resolved data folder into the config so that
     workers on other nodes do not depend on this environment. Imports neither torch nor
     torchvision (the driver of a Ray run then never does)."""
-    from .catalog import IMAGE_DATASETS, LEAF_DATASETS, ImageData, LeafData, data_kind, model_misfit
+    from .catalog import IMAGE_DATASETS, LEAF_DATASETS, ImageData, LeafData, ScenarioData, data_kind, model_misfit
     from .datafiles import DataFileError, MissingDataError, default_root, verify_files
     from .datafiles.leaf_files import require_leaf
 
     root = None
     data = cfg.data
-    if isinstance(data, ImageData) and data.name in IMAGE_DATASETS:
+    files = data.base if isinstance(data, ScenarioData) else data.name  # a scenario reads its base's files
+    if isinstance(data, (ImageData, ScenarioData)) and files in IMAGE_DATASETS:
         try:
-            if data.download:  # torchvision (and torch) are imported only if the files are missing
+            if getattr(data, "download", False):  # torchvision (and torch) are imported only if files are missing
                 from .datafiles.download import ensure_files
 
-                root = ensure_files(data.name, data.root)
+                root = ensure_files(files, data.root)
             else:
-                root = default_root(data.name, data.root)
-            verify_files(cfg.data.name, root)
+                root = default_root(files, data.root)
+            verify_files(files, root)
         except (MissingDataError, DataFileError) as err:
             raise ConfigError(f"data: {err}") from None
     if isinstance(data, LeafData) and data.name in LEAF_DATASETS:
@@ -125,8 +126,9 @@ def check_data(cfg: Config) -> Config:
             root = require_leaf(data.name, data.root)
         except MissingDataError as err:
             raise ConfigError(f"data: {err}") from None
-    if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name):
-        why = model_misfit(cfg.model.name, *data_kind(cfg.data.name))
+    plugin_base = isinstance(data, ScenarioData) and data.base not in IMAGE_DATASETS  # its shape: when built
+    if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name) and not plugin_base:
+        why = model_misfit(cfg.model.name, *data_kind(cfg.data.name, getattr(data, "base", None)))
         if why is not None:
             raise ConfigError(f"model.name: {why}")
     # a plug-in's code (not a built-in's, which would import torch here) is imported and checked now,

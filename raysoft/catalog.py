@@ -241,6 +241,90 @@ class HFData(DataConfig):
         return self
 
 
+class ScenarioData(DataConfig):
+    """Heterogeneity scenarios over a labelled classification dataset (``base``): clients in
+    ``distributions`` clusters, each cluster its own label map (concept shift) and input
+    transform (feature shift), each client's share of its cluster's pool by a label-skew and a
+    quantity-skew partition (Flower Datasets' partitioners); docs/scenarios.md."""
+
+    implementation: ClassVar[str | None] = "raysoft.data.scenarios:Scenario"
+
+    partition: Literal["clusters"] = Field(
+        "clusters", description="clients are in contiguous blocks: client k is in cluster k*S//N"
+    )
+    base: str = Field("fmnist", description="the labelled pool: fmnist, emnist_letters (lowercase), cifar10, "
+                      "cifar100, or a dataset plug-in with labelled_pool() (docs/plugins.md)")
+    base_settings: dict[str, Any] = Field(default_factory=dict, description="a plug-in base's own settings")
+    root: str | None = Field(None, description="folder of a built-in base's files (as data.root of fmnist ...)")
+    pool_samples: int | None = Field(
+        None, ge=1, description="use this many samples of the train split (a seeded subset); null: all"
+    )
+    label_skew: Literal["iid", "dirichlet", "shards"] = Field(
+        "iid", description="iid; dirichlet: each class split over the cluster's clients by Dirichlet(alpha) "
+        "(with quantity power_law: each client's classes drawn Dirichlet(alpha)); shards: classes_per_client "
+        "classes a client"
+    )
+    alpha: float = Field(0.5, gt=0.0, description="label_skew dirichlet: the concentration")
+    classes_per_client: int = Field(2, ge=1, description="label_skew shards: the classes of each client")
+    quantity: Literal["equal", "power_law"] = Field(
+        "equal", description="client sizes: as the label skew leaves them, or power_law (Pareto(power) weights)"
+    )
+    power: float = Field(1.5, gt=0.0, description="quantity power_law: the Pareto tail index (smaller: more skew)")
+    min_samples: int = Field(10, ge=1, description="the fewest samples a client holds (dirichlet, power_law)")
+    concept: Literal["none", "permutation", "swap"] = Field(
+        "none", description="cluster s > 0 relabels: a random permutation of the classes, or swaps classes "
+        "2(s-1) and 2(s-1)+1"
+    )
+    feature: Literal["none", "rotation", "brightness", "noise", "blur"] = Field(
+        "none", description="each cluster's input transform"
+    )
+    shift: list[float] | None = Field(
+        None, description="the transform's parameter for each cluster: degrees, brightness factor, noise std, "
+        "blur sigma; default s*360/S, 1-0.6s/(S-1), 0.3s/(S-1), 1.5s/(S-1)"
+    )
+    test_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="each client's own test split, from its share")
+    samples_min: int = Field(100, ge=1, description="not read: the partition sets the clients' sizes")
+    samples_max: int = Field(200, ge=1, description="not read: the partition sets the clients' sizes")
+
+    NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("partition",)
+
+    SCENARIOS: ClassVar[tuple[tuple[str, str, str, str], ...]] = (
+        ("dirichlet", "label_skew: dirichlet, alpha: 0.5",
+         "label skew: each class split over the clients by Dirichlet(alpha) shares", "jobs/scenario_dirichlet.yaml"),
+        ("shards", "label_skew: shards, classes_per_client: 2",
+         "label skew: each client holds exactly c classes (pathological shards)", "jobs/scenario_shards.yaml"),
+        ("quantity", "quantity: power_law, power: 1.5",
+         "quantity skew: client sizes in proportion to Pareto(power) weights, iid labels",
+         "jobs/scenario_quantity.yaml"),
+        ("permutation", "concept: permutation, distributions: 4",
+         "concept shift: each cluster s > 0 relabels by its own random permutation", "jobs/scenario_permutation.yaml"),
+        ("swap", "concept: swap, distributions: 2",
+         "concept shift: cluster s > 0 swaps classes 2(s-1) and 2(s-1)+1", "jobs/scenario_swap.yaml"),
+        ("feature", "feature: rotation|brightness|noise|blur, shift: [...]",
+         "feature shift: each cluster its own input transform", "jobs/scenario_feature.yaml"),
+        ("composed", "concept: permutation, distributions: 4, label_skew: dirichlet, alpha: 0.5",
+         "4 clusters by label permutation, each client Dirichlet(0.5) within its cluster",
+         "jobs/scenario_composed.yaml"),
+    )
+    """(name, its settings, definition, job file): the scenarios ``raysoft list datasets`` shows."""
+
+    @model_validator(mode="after")
+    def _scenario_checks(self) -> ScenarioData:
+        if self.shift is not None and len(self.shift) != self.distributions:
+            raise ValueError(f"shift has {len(self.shift)} values but distributions is {self.distributions}")
+        if self.label_skew == "shards" and self.quantity == "power_law":
+            raise ValueError("label_skew shards fixes the clients' sizes; use quantity: equal")
+        if self.clients < self.distributions:
+            raise ValueError(f"{self.clients} clients cannot fill {self.distributions} clusters")
+        classes = IMAGE_DATASETS[self.base][1] if self.base in IMAGE_DATASETS else None
+        if classes is not None:
+            if self.concept == "swap" and 2 * (self.distributions - 1) > classes:
+                raise ValueError(f"concept swap needs 2(S-1) <= {classes} classes (S = {self.distributions})")
+            if self.label_skew == "shards" and self.classes_per_client > classes:
+                raise ValueError(f"classes_per_client {self.classes_per_client} > the {classes} classes of {self.base}")
+        return self
+
+
 # --------------------------------------------------------------------------- which fits which
 # name -> ((C, H, W), number of classes)
 IMAGE_DATASETS: dict[str, tuple[tuple[int, int, int], int]] = {
@@ -260,9 +344,11 @@ LEAF_DATASETS: dict[str, tuple[tuple[int, ...], int]] = {  # name -> (input shap
 }
 
 
-def data_kind(name: str) -> tuple[str, tuple[int, ...] | None]:
+def data_kind(name: str, base: str | None = None) -> tuple[str, tuple[int, ...] | None]:
     """(task, input shape) of dataset ``name`` (the shape is () for vector data, (L,) for token
-    sequences, None where only the data's files tell)."""
+    sequences, None where only the data's files tell); a scenario's are its built-in ``base``'s."""
+    if name == "scenario" and base in IMAGE_DATASETS:
+        return "classification", IMAGE_DATASETS[base][0]
     if name == "synthetic":
         return "regression", ()
     if name in IMAGE_DATASETS:
@@ -291,4 +377,4 @@ def model_misfit(model: str, task: str, input_shape: tuple[int, ...] | None) -> 
 
 
 MODELS = (LinearModel, LogisticModel, CNNModel, CifarCNNModel, ResNet18Model, LeafCNNModel, CharLSTMModel)
-DATASETS = (SyntheticData, FPFCSyntheticData, ImageData, LeafData, HFData)
+DATASETS = (SyntheticData, FPFCSyntheticData, ImageData, LeafData, HFData, ScenarioData)

@@ -64,7 +64,16 @@ def describe(kind: str, name: str, source: str) -> list[str]:
     summary = _summary(obj)
     lines = [head] + ([f"    {summary}"] if summary else [])
     own = setting_lines(settings)
-    return lines + (own if own else ["    (no settings)"])
+    return lines + (own if own else ["    (no settings)"]) + scenario_lines(settings)
+
+
+def scenario_lines(settings: type[BaseModel]) -> list[str]:
+    """The named scenarios a dataset's settings declare (``SCENARIOS``: name, its settings, what
+    it is, its job file), one line each, or nothing."""
+    rows = getattr(settings, "SCENARIOS", ())
+    if not rows:
+        return []
+    return ["    scenarios:"] + [f"      {name}: {keys}  # {what} ({job})" for name, keys, what, job in rows]
 
 
 def listing(kinds: list[str], names: list[str]) -> str:
@@ -99,4 +108,4 @@ def main(kind: str | None, names: list[str]) -> int:
     return 0
 
 
-__all__ = ["describe", "listing", "main", "setting_lines"]
+__all__ = ["describe", "listing", "main", "scenario_lines", "setting_lines"]

@@ -333,6 +333,9 @@ def _installed_roots() -> list[Path]:
 def plugin_names(cfg: Any) -> list[tuple[str, str]]:
     """(kind, name) of every plug-in a config names."""
     out = [("algorithms", cfg.algorithm.name), ("models", cfg.model.name), ("datasets", cfg.data.name)]
+    base = getattr(cfg.data, "base", None)  # a scenario's pool (data.name: scenario): checked and shipped too
+    if isinstance(base, str) and base:
+        out.append(("datasets", base))
     out += [("callbacks", c.name) for c in cfg.callbacks]
     return out
 

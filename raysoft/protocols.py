@@ -73,6 +73,19 @@ class DriftingDataset(Dataset, Protocol):
         :meth:`client`'s form ``(x, y, components[, test_x, test_y])``; ``n`` and ``shares``:
         the client's size and mixture as the federation drew them. Deterministic in (seed, k,
         cycle); the true mixture of the cycle is read from ``components``."""
+
+
+class LabelledPool(Protocol):
+    """A classification dataset plug-in that hands over its whole labelled pool, so that the
+    heterogeneity scenarios (``data.name: scenario``, ``data.base``: the plug-in) can partition
+    it. ``info.task`` must be ``"classification"`` and ``info.num_outputs`` the classes."""
+
+    @property
+    def info(self) -> DataInfo: ...
+
+    def labelled_pool(self) -> tuple[Any, Any, Any, Any]:
+        """``(train_x, train_y, test_x, test_y)``: inputs [n, ...] (float; images [n, C, H, W] in
+        [0, 1] for the image transforms), integer labels 0..C-1 [n]; numpy arrays or tensors."""
         ...
 
 

@@ -5,9 +5,9 @@ versions, and a change to it is written in the changelog of docs/plugins.md (its
 "Changelog"). Anything else under ``raysoft`` is internal and may change without notice. The
 protocols (what an algorithm, a stream algorithm, a model factory, a dataset and a callback must
 provide) are types here (:class:`Algorithm`, :class:`Clustered`, :class:`StreamAlgorithm`,
-:class:`ModelFactory`, :class:`Dataset`, :class:`CallbackHooks`), so mypy checks a plug-in
-against them (``_: type[Algorithm] = MyAlgorithm``), and are documented in docs/plugins.md, on
-real examples (``examples/``).
+:class:`ModelFactory`, :class:`Dataset`, :class:`LabelledPool`, :class:`CallbackHooks`), so
+mypy checks a plug-in against them (``_: type[Algorithm] = MyAlgorithm``), and are documented in
+docs/plugins.md, on real examples (``examples/``).
 
 This module imports torch (the algorithm building blocks need it); a driver that only validates
 configs never imports it.
@@ -58,7 +58,7 @@ from .models import DataInfo
 from .optim import SGD, Adam
 from .params import Params, get_flat, set_flat, weighted_sum
 from .plugins import PluginError
-from .protocols import CallbackHooks, Dataset, DriftingDataset, ModelFactory
+from .protocols import CallbackHooks, Dataset, DriftingDataset, LabelledPool, ModelFactory
 from .rng import numpy_rng, torch_generator
 from .training import evaluate, make_optimizer, model_losses, per_sample_loss, proximal_train
 
@@ -79,7 +79,7 @@ __all__ = [
     # devices: a client op's tensors live on ctx.device (ctx.tensor makes one there); to numpy only through this
     "to_numpy", "to_device", "device_slips",
     # models and datasets: their protocols and types
-    "ModelFactory", "Dataset", "DataInfo", "ClientData",
+    "ModelFactory", "Dataset", "LabelledPool", "DataInfo", "ClientData",
     # callbacks: the protocol, a base class with no-op hooks, what a callback knows of its run
     "CallbackHooks", "Callback", "RunInfo",
     # errors

@@ -84,6 +84,14 @@ class Federation:
         """Holdout test set of one distribution."""
         return self._gen.holdout(dist)
 
+    def label_counts(self) -> dict[int, dict[str, np.ndarray]] | None:
+        """Each client's count of each label per split (``{"train": [C], "test": [C]}``), where
+        the dataset can say so cheaply (its optional ``label_counts(k)``), else None."""
+        counts = getattr(self._gen, "label_counts", None)
+        if counts is None or self.info.task != "classification":
+            return None
+        return {k: counts(k) for k in range(self.num_clients)}
+
     def realized_shares(self) -> np.ndarray:
         """[N, S] shares actually realised by the integer sample counts."""
         counts = np.stack([component_counts(int(n), m) for n, m in zip(self.sizes, self.mixtures)])

@@ -174,6 +174,21 @@ class ImageMixture:
         y = torch.from_numpy(np.concatenate(ys)[order])
         return x, y, np.concatenate(comps)[order]
 
+    def label_counts(self, k: int) -> dict[str, np.ndarray]:
+        """Client k's count of each label (its training set; it has no test split), from the
+        layout's indices: the same samples as :meth:`client`, no image is converted."""
+        if self._counts is None or self._offsets is None:
+            raise RuntimeError("ImageMixture.label_counts: call set_layout(sizes, mixtures) first")
+        pools = self.pools()
+        counts = np.zeros(self.info.num_outputs, dtype=np.int64)
+        for s, c in enumerate(self._counts[k].tolist()):
+            if c:
+                pool = pools[self.specs[s][0]]
+                perm = self._perm(s, len(pool.train_y))
+                idx = perm[(int(self._offsets[k, s]) + np.arange(c)) % len(perm)]
+                counts += np.bincount(pool.train_y[idx], minlength=self.info.num_outputs)
+        return {"train": counts}
+
     def holdout(self, dist: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``test_samples`` of a permutation of distribution ``dist``'s test split, rotated."""
         if not 0 <= dist < len(self.specs):

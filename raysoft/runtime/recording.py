@@ -91,6 +91,16 @@ class CoordinatorBase:
                           time_s=self.elapsed(), scope=scope, entity=entity, eval_dist=eval_dist, metric=metric,
                           value=float(value), virtual_time=vtime)
 
+    def record_labels(self, fed: Any) -> None:
+        """labels.parquet: each client's label counts per split, where the dataset gives them
+        (:meth:`raysoft.data.Federation.label_counts`); a zero count is not a row."""
+        counts = fed.label_counts()
+        for k, splits in sorted((counts or {}).items()):
+            for split, per_label in splits.items():
+                for label in np.flatnonzero(per_label):
+                    self.recorder.add("labels", client=int(k), split=split, label=int(label),
+                                      count=int(per_label[label]))
+
     def event(self, kind: str, detail: str = "", client: int = -1, actor: int = -1) -> None:
         """One row of events.parquet; every kind but a checkpoint is also said on the driver's
         stderr as it happens (:meth:`advance` hands it over, the progress display prints it)."""

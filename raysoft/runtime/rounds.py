@@ -109,6 +109,7 @@ class RoundCoordinator(CoordinatorBase):
             for s in range(self.fed.num_distributions):
                 self.recorder.add("clients", step=0, client=k, distribution=s, share=float(shares[k, s]),
                                   samples=int(round(shares[k, s] * self.fed.sizes[k])))
+        self.record_labels(self.fed)
 
     def done(self) -> bool:
         return self.round >= self.cfg.algorithm.rounds

@@ -68,8 +68,11 @@ SMALL: list[tuple[str, list[str]]] = [
     ("ccfl_fmnist", [*STREAM, *TINY]),
     ("compare_fmnist", [*IMAGES, *TINY]),
     ("fedsoft_synthetic", [*SYNTH, "--set", "output.progress=none"]),
+    ("jobs/scenario_", ["--set", "algorithm.rounds=1", "--set", "algorithm.eval_every=1", "--set", "data.clients=8",
+                        "--set", "algorithm.clients_per_round=4", "--set", "data.pool_samples=800",
+                        "--set", "data.test_samples=40", *TINY]),
 ]
-NEEDS_FMNIST = ("fmnist", "ccfl_")
+NEEDS_FMNIST = ("fmnist", "ccfl_", "scenario_")
 
 SYNOPSIS = re.compile(r"\b(CONFIG|RUN_DIR|COMPARE_DIR|SWEEP)\b|\[")
 MAKE = re.compile(r"^make (\S+)$")
