@@ -474,6 +474,19 @@ class CCFL(StreamAlgorithm):
         return {"l": cluster_losses(ctx.scratch, w, self._val_sets, ctx.info.task, a.loss_reduction,
                                     a.loss_batch_size)}
 
+    def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
+                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+        """A held-out client's cold start: Algorithm 1's estimate u of its first local model
+        (:func:`estimate_distribution`, on the server's validation sets D_k, built where the
+        client runs as ``estimate_on: actors`` does) and the personalised model sum_k u_k w_k,
+        the reply its first fresh upload would get (before any cluster moved); u is ``u[k]``."""
+        assert models is not None
+        if self._val_sets is None:
+            self._val_sets = [cs.drift.validation(s) for s in range(cs.drift.num_clusters)]
+        self._val_sets = to_device(self._val_sets, ctx.device)
+        est = estimate_distribution(ctx.scratch, w, models, self._val_sets, self.settings, ctx.info.task)
+        return personalised_model(models, est.u), {f"u[{k}]": float(v) for k, v in enumerate(est.u)}
+
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, Any]]:
         tick = time.perf_counter()
