@@ -106,6 +106,8 @@ def test_fedem_em_on_frozen_learners_finds_the_mixture_that_drew_the_data():
     assert abs(float(pi[0]) - 0.3) < 0.02 and 1 < steps < 500
     again = torch.softmax(torch.log(pi)[:, None] - losses, dim=0).mean(dim=1)
     assert torch.allclose(again, pi, atol=1e-7)
+    one, steps = fit_mixture(losses, 1, 0.0)  # unseen_em_steps: 1, the reference code's one step
+    assert steps == 1 and torch.allclose(one, torch.softmax(-losses, dim=0).mean(dim=1))
     # one learner perfect on every sample, the other far off: all the weight on the first
     sure, _ = fit_mixture(torch.tensor([[0.0, 0.0, 0.0], [50.0, 60.0, 70.0]]))
     assert float(sure[0]) == pytest.approx(1.0)

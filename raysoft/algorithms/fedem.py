@@ -152,13 +152,14 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any]
     return cs, out
 
 
-def _fedem_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
-    """Cold start of a held-out client, as FedEM's paper serves clients that did not train: its
+def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client, as FedEM serves clients that did not train: its
     mixture weights fitted by EM on its training data with the learners frozen
-    (:func:`fit_mixture`), the pi-mixture of the learners served; pi is the metrics ``pi[m]``."""
+    (:func:`fit_mixture`; ``a.unseen_em_steps`` steps, None: to convergence), the pi-mixture of
+    the learners served; pi is the metrics ``pi[m]``, the steps taken ``em_steps``."""
     learners = payload["learners"]
     losses = model_losses(ctx.scratch, learners, ctx.data.x, ctx.data.y, ctx.info.task)
-    pi, steps = fit_mixture(losses)
+    pi, steps = fit_mixture(losses) if a.unseen_em_steps is None else fit_mixture(losses, a.unseen_em_steps, 0.0)
     pi = pi.to(torch.float32)
     out = mixture_metrics(ctx.scratch, learners, pi, ctx.data.x, ctx.data.y, ctx.info.task)
     if ctx.data.test_x is not None and ctx.data.test_y is not None:
@@ -175,7 +176,7 @@ class FedEM(Configured[FedEMConfig]):
     def __init__(self, settings: FedEMConfig) -> None:
         super().__init__(settings)
         self.client_ops = {"train": functools.partial(fedem_train, settings), "evaluate": _fedem_evaluate,
-                           "unseen": _fedem_unseen}
+                           "unseen": functools.partial(_fedem_unseen, settings)}
 
     def init_server(self, ctx: ServerContext) -> FedEMState:
         m = self.settings.num_centers

@@ -21,6 +21,7 @@ with a client half and a server half, both Ray-free:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +138,9 @@ class StreamAlgorithm(Configured[StreamConfig]):
 
     def __init__(self, settings: StreamConfig) -> None:
         super().__init__(settings)
-        self.client_ops = {"stream_step": self.step, "stream_score": self.score, "unseen": self.unseen}
+        self.client_ops: dict[str, Callable[..., Any]] = {"stream_step": self.step, "stream_score": self.score}
+        if type(self).serve_unseen is not StreamAlgorithm.serve_unseen:  # a cold start for held-out clients
+            self.client_ops["unseen"] = self.unseen
 
     # ------------------------------------------------------------------ client half
     def init_client(self, ctx: ClientContext) -> StreamClient:
@@ -250,7 +253,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
                      payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
         """The model a held-out client is served after its first local training ``w`` (and the
         figures of how it was chosen): the reply the algorithm would send to that first upload.
-        Subclasses say which; the template has none."""
+        Subclasses say which; without it, the client op ``unseen`` is absent and held-out
+        clients are skipped."""
         raise NotImplementedError
 
     def unseen(self, ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
