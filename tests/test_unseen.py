@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from support.configs import small_config, stream_config
 from support.images import write_fmnist
 from support.runs import assert_same
@@ -28,6 +29,7 @@ from raysoft.errors import ConfigError
 from raysoft.models import DataInfo
 from raysoft.unseen import held_out_clients, unseen_summary
 
+# fpfc's first run in a session costs ~8 s of start-up: slow
 ROUNDS = {"fedavg": {}, "local": {}, "ifca": {"num_centers": 2, "init_threshold": 0.2},
           "fedsoft": {"num_centers": 2}, "fedem": {"num_centers": 2}, "fpfc": {}}
 
@@ -154,7 +156,8 @@ def _run(tmp_path, algorithm: dict, **sections):
     return raysoft.run(cfg, out=tmp_path)
 
 
-@pytest.mark.parametrize("name", sorted(ROUNDS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "fpfc" else n
+                                  for n in sorted(ROUNDS)])
 def test_held_out_clients_never_train_and_are_scored_at_the_end(tmp_path, calls, name):
     run = _run(tmp_path, {"name": name, **ROUNDS[name]})
     held = tuple(run.summary["held_out"]["clients"])
@@ -230,8 +233,8 @@ def test_a_plugin_without_a_cold_start_has_them_skipped_in_one_line(tmp_path, mo
     assert not (run.run_dir / "client_metrics.parquet").exists()
 
 
-@pytest.mark.parametrize("name", ["ccfl", pytest.param("fedsoft_async", marks=pytest.mark.slow),
-                                  pytest.param("local_stream", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the first stream run of a session builds its images and pre-trains: ~20 s
+@pytest.mark.parametrize("name", ["ccfl", "fedsoft_async", "local_stream"])
 def test_a_streams_held_out_clients_never_upload_and_are_scored(tmp_path, name):
     write_fmnist(tmp_path / "fmnist")
     cfg = stream_config(tmp_path / "fmnist", name)
@@ -253,3 +256,22 @@ def test_the_same_numbers_for_any_packing_on_ray(tmp_path, ray_session):
                  ray={"backend": "ray", "clients_per_actor": k, "num_cpus_per_actor": 0.1}) for k in (3, 5)]
     assert_same(*runs, tables=("client_metrics", "metrics"))
     assert runs[0].summary["held_out"] == runs[1].summary["held_out"]
+
+
+def test_a_resumed_run_scores_them_as_the_run_it_continues(tmp_path):
+    """FedEM, cold starts at every evaluation: stopped at round 3 (a non-finite update, its
+    checkpoint of round 2 kept) and resumed, the same rows as a run never stopped."""
+    algorithm = {"name": "fedem", "num_centers": 2, "clients_per_round": 10}
+    clean = _run(tmp_path, algorithm, data={"held_out_eval": "every"})
+    assert 0 not in clean.summary["held_out"]["clients"]
+    cfg = small_config(algorithm=algorithm, output={"checkpoint_every": 2},
+                       faults=[{"kind": "nan_update", "at_round": 3, "client": 0}])
+    cfg["data"] = {**cfg["data"], "held_out": 0.2, "held_out_eval": "every"}
+    with pytest.raises(raysoft.errors.UpdateError):
+        raysoft.run(cfg, out=tmp_path, dir_name="stopped")
+    run_dir = tmp_path / "stopped"
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**saved, "faults": []}))
+    resumed = raysoft.resume(run_dir)
+    assert_same(clean, resumed, tables=("client_metrics", "metrics"))
+    assert resumed.summary["held_out"] == clean.summary["held_out"]

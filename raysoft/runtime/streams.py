@@ -45,7 +45,7 @@ class StreamCoordinator(CoordinatorBase):
 
     # everything a checkpoint must hold to continue the stream exactly (no random state: every
     # draw is derived from (seed, purpose, ids))
-    CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
+    CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u", "unseen",
                     "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "center_scores", "means", "totals",
                     "final_before", "final_after", "cluster_history", "finished")
 
