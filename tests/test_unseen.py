@@ -14,6 +14,7 @@ import torch
 import yaml
 from support.configs import small_config, stream_config
 from support.images import write_fmnist
+from support.paths import ROOT
 from support.runs import assert_same
 
 import raysoft
@@ -275,3 +276,17 @@ def test_a_resumed_run_scores_them_as_the_run_it_continues(tmp_path):
     resumed = raysoft.resume(run_dir)
     assert_same(clean, resumed, tables=("client_metrics", "metrics"))
     assert resumed.summary["held_out"] == clean.summary["held_out"]
+
+
+def test_a_plugins_own_cold_start_is_used(tmp_path, monkeypatch):
+    """The FedProx example's cold start is the global model: with mu 0 it is the built-in FedAvg,
+    whose held-out rows it writes number for number (both trained client by client)."""
+    monkeypatch.chdir(ROOT / "examples" / "fedprox")
+    train = {"batched_clients": "off", "local_epochs": 2}
+    try:
+        prox = _run(tmp_path / "prox", {"name": "fedprox:FedProx", "mu": 0.0}, train=train)
+    finally:
+        sys.modules.pop("fedprox", None)
+    avg = _run(tmp_path / "avg", {"name": "fedavg"}, train=train)
+    assert_same(prox, avg, tables=("client_metrics",))
+    assert prox.summary["held_out"]["scored"] == 2
