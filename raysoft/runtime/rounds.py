@@ -124,7 +124,7 @@ class RoundCoordinator(CoordinatorBase):
             scores = np.zeros((len(self.holdouts), 0))
         self._count("holdout", scores.shape[1] * sum(len(y) for _, y in self.holdouts))
         payload = self.algorithm.eval_payload(self.state)
-        self._count("evaluate", int(self.fed.sizes.sum()))
+        self._count("evaluate", int(self.fed.sizes[self.training].sum()))
         local = self._exec(self.executor.call, "evaluate", list(self.training), payload, self.round, sent=payload)
         metrics: dict[int, dict[str, float]] = {}
         for k in sorted(local):
@@ -146,13 +146,18 @@ class RoundCoordinator(CoordinatorBase):
             head = {f"{self.metric}[{s}]": float(v) for s, v in enumerate(best)}
         if self.metric in self.local_means:
             head[f"local {self.metric}"] = self.local_means[self.metric]
-        if self.unseen_due(self.cfg.algorithm.rounds):  # the held-out clients' cold starts
-            make = getattr(self.algorithm, "unseen_payload", None) or self.algorithm.eval_payload
-            sent = make(self.state)
-            self._count(UNSEEN_OP, int(self.fed.sizes[list(self.held_out)].sum()))
-            self.score_unseen(self.algorithm, sent, self.metric,
-                              lambda *args: self._exec(self.executor.call, *args, sent=sent))
+        if self.unseen_due(self.cfg.algorithm.rounds):
+            self._cold_starts()
         return head
+
+    def _cold_starts(self) -> None:
+        """The held-out clients' cold starts, with the algorithm's ``unseen_payload(state)``
+        (else its ``eval_payload(state)``)."""
+        make = getattr(self.algorithm, "unseen_payload", None) or self.algorithm.eval_payload
+        sent = make(self.state)
+        self._count(UNSEEN_OP, int(self.fed.sizes[list(self.held_out)].sum()))
+        self.score_unseen(self.algorithm, sent, self.metric,
+                          lambda *args: self._exec(self.executor.call, *args, sent=sent))
 
     # ------------------------------------------------------------------ client calls
     def _report_bad(self, op: str, bad: list[int], t: int) -> None:
@@ -297,6 +302,8 @@ class RoundCoordinator(CoordinatorBase):
         if self.center_scores is None:
             self.evaluate()
         assert self.center_scores is not None
+        if self.held_out and self.unseen is None:  # a run stopped before its final evaluation
+            self._cold_starts()
         weights, truth = self._weights(), self.fed.realized_shares()
         if self.held_out:  # the importance-weight error of the training clients
             weights, truth = (None if weights is None else weights[self.training]), truth[self.training]
