@@ -36,6 +36,7 @@ from .algorithms.common import (
     own_data_metrics,
     proximal_pull,
     scratch_optimizer,
+    select_uniform,
     train_from,
     uniform_selection,
 )
@@ -73,7 +74,8 @@ __all__ = [
     "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes", "pretrain", "StreamSource",
     "DriftingDataset",
     # building blocks of client and server halves
-    "uniform_selection", "scratch_optimizer", "train_from", "proximal_pull", "evaluate_vector", "own_data_metrics",
+    "uniform_selection", "select_uniform", "scratch_optimizer", "train_from", "proximal_pull", "evaluate_vector",
+    "own_data_metrics",
     "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",
     "Params", "get_flat", "set_flat", "weighted_sum", "numpy_rng", "torch_generator", "Adam", "SGD",
     # devices: a client op's tensors live on ctx.device (ctx.tensor makes one there); to numpy only through this

@@ -35,6 +35,7 @@ from raysoft.sdk import (
     AlgorithmConfig,
     ClientCall,
     ClientContext,
+    ClientOp,
     Configured,
     RoundGenerator,
     RoundResult,
@@ -45,8 +46,8 @@ from raysoft.sdk import (
     numpy_rng,
     proximal_pull,
     scratch_optimizer,
+    select_uniform,
     train_from,
-    uniform_selection,
 )
 
 
@@ -76,12 +77,18 @@ def _evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
     return opt, evaluate_vector(ctx, payload["model"])
 
 
+def _unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int) -> tuple[None, dict[str, float]]:
+    """The cold start of a held-out client (``data.held_out``): the global model, as it is."""
+    return None, evaluate_vector(ctx, payload["model"])
+
+
 # ----------------------------------------------------------------------------- the server half
 class FedProx(Configured[FedProxConfig]):
     """FedProx (Li et al., MLSys'20): FedAvg whose clients minimise F_k(w) + mu/2 ||w - w^t||^2."""
 
     Settings = FedProxConfig
-    client_ops = {"train": _train, "evaluate": _evaluate}
+    client_ops: dict[str, ClientOp] = {"train": _train, "evaluate": _evaluate, "unseen": _unseen}
+    stateless_ops = ("unseen",)  # a held-out client's cold start reads no state of its own
 
     def init_server(self, ctx: ServerContext) -> GlobalModel:
         return GlobalModel(get_flat(ctx.new_model("center", 0)))  # the same w^0 as the built-in FedAvg
@@ -90,8 +97,7 @@ class FedProx(Configured[FedProxConfig]):
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: GlobalModel, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
-                                     numpy_rng(ctx.cfg.seed, "select", t))
+        selected = select_uniform(ctx, self.settings.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"model": state.model, "mu": self.settings.mu},
                                reduce=WeightedMean(ctx.sizes))
         model = res.value if res.clients else state.model  # every update excluded: keep w^t

@@ -187,17 +187,37 @@ class ServerContext:
     * ``info``: the data's shape (:class:`~raysoft.models.DataInfo`);
     * ``num_clients``: ``len(sizes)``;
     * ``new_model(*stream)``: a fresh model drawn from the random stream ``(cfg.seed, *stream)``,
-      e.g. ``ctx.new_model("center", 0)`` (what the built-ins start from), on the CPU.
+      e.g. ``ctx.new_model("center", 0)`` (what the built-ins start from), on the CPU;
+    * ``held_out``: the clients ``data.held_out`` keeps out of training (ascending; empty by
+      default): never select them, never count them. ``pool`` is the clients that train and
+      ``pool_sizes`` the sizes with the held-out clients' set to 0 (``sizes`` itself when none is
+      held out), the n_k of an aggregate over the training clients.
     """
 
     cfg: Config
     sizes: np.ndarray
     info: DataInfo
+    held_out: tuple[int, ...] = ()
 
     @property
     def num_clients(self) -> int:
-        """The number of clients (``data.clients``)."""
+        """The number of clients (``data.clients``), held-out ones included."""
         return int(self.sizes.shape[0])
+
+    @property
+    def pool(self) -> list[int]:
+        """The clients that train (every client but the held-out ones), ascending."""
+        out = set(self.held_out)
+        return [k for k in range(self.num_clients) if k not in out]
+
+    @property
+    def pool_sizes(self) -> np.ndarray:
+        """``sizes`` with the held-out clients' set to 0 (``sizes`` itself when none is held out)."""
+        if not self.held_out:
+            return self.sizes
+        out = np.array(self.sizes, copy=True)
+        out[list(self.held_out)] = 0
+        return out
 
     def new_model(self, *stream: int | str) -> nn.Module:
         """A model initialised from the random stream (seed, *stream)."""

@@ -495,12 +495,26 @@ class CCFL(PretrainedStart):
         a = self.settings
         if a.estimate_on != "actors" or w is None:
             return {}
-        if self._val_sets is None:  # the server's D_k, built once per host from (data, seed)
+        return {"l": cluster_losses(ctx.scratch, w, self._host_val_sets(ctx), ctx.info.task, a.loss_reduction,
+                                    a.loss_batch_size)}
+
+    def _host_val_sets(self, ctx: ClientContext) -> ValSets:
+        """The server's D_k where the clients run, built once per host from (data, seed), on its device."""
+        if self._val_sets is None:
             data = self.source(ctx.cfg)
             self._val_sets = [data.validation(s) for s in range(data.num_clusters)]
-        self._val_sets = to_device(self._val_sets, ctx.device)  # once per host: the sets on its device
-        return {"l": cluster_losses(ctx.scratch, w, self._val_sets, ctx.info.task, a.loss_reduction,
-                                    a.loss_batch_size)}
+        self._val_sets = to_device(self._val_sets, ctx.device)
+        return self._val_sets
+
+    def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
+                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+        """A held-out client's cold start: Algorithm 1's estimate u of its first local model
+        (:func:`estimate_distribution`, on the server's validation sets D_k, built where the
+        client runs as ``estimate_on: actors`` does) and the personalised model sum_k u_k w_k,
+        the reply its first fresh upload would get (before any cluster moved); u is ``u[k]``."""
+        assert models is not None
+        est = estimate_distribution(ctx.scratch, w, models, self._host_val_sets(ctx), self.settings, ctx.info.task)
+        return personalised_model(models, est.u), {f"u[{k}]": float(v) for k, v in enumerate(est.u)}
 
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, Any]]:

@@ -12,12 +12,21 @@ from ..optim import SGD, Adam
 from ..params import Params, get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import evaluate, make_optimizer, model_losses, proximal_train
-from .base import ClientContext
+from .base import ClientContext, ServerContext
 
 
 def uniform_selection(num_clients: int, k: int, rng: np.random.Generator) -> list[int]:
     """k distinct clients drawn uniformly (sorted)."""
     return sorted(int(c) for c in rng.choice(num_clients, size=min(k, num_clients), replace=False))
+
+
+def select_uniform(ctx: ServerContext, k: int, rng: np.random.Generator) -> list[int]:
+    """k distinct training clients (``ctx.pool``) drawn uniformly (sorted); with no client held
+    out, exactly :func:`uniform_selection` over every client."""
+    if not ctx.held_out:
+        return uniform_selection(ctx.num_clients, k, rng)
+    pool = np.asarray(ctx.pool)
+    return sorted(int(c) for c in rng.choice(pool, size=min(k, pool.size), replace=False))
 
 
 def scratch_optimizer(ctx: ClientContext) -> Adam | SGD:

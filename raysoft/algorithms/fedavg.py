@@ -26,8 +26,8 @@ from .common import (
     evaluate_vector,
     own_data_metrics,
     scratch_optimizer,
+    select_uniform,
     train_from,
-    uniform_selection,
 )
 from .settings import FedAvgConfig, LocalConfig
 
@@ -49,11 +49,17 @@ def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, evaluate_vector(ctx, payload["model"])
 
 
+def _fedavg_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client: the global model, as it is."""
+    return None, evaluate_vector(ctx, payload["model"])
+
+
 class FedAvg(Configured[FedAvgConfig]):
     """FedAvg: one global model, the n_k-weighted average of the selected clients' models."""
 
     Settings = FedAvgConfig
-    client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate}
+    client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate, "unseen": _fedavg_unseen}
+    stateless_ops = ("unseen",)
     batched_ops = {"train": _fedavg_train_batched}
 
     def init_server(self, ctx: ServerContext) -> GlobalModel:
@@ -63,8 +69,7 @@ class FedAvg(Configured[FedAvgConfig]):
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: GlobalModel, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
-                                     numpy_rng(ctx.cfg.seed, "select", t))
+        selected = select_uniform(ctx, self.settings.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"model": state.model}, reduce=WeightedMean(ctx.sizes))
         model = res.value if res.clients else state.model
         return RoundResult(GlobalModel(model), trained=len(res.clients))
@@ -100,11 +105,33 @@ def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any]
     return cs, own_data_metrics(ctx, cs.model)
 
 
+def local_budget(rounds: int, clients_per_round: int, trainers: int, local_epochs: int) -> int:
+    """The epochs a training client of Local has had, in expectation, after ``rounds`` rounds:
+    rounds * min(K, trainers) / trainers * local_epochs, rounded to the nearest whole number,
+    at least 1 (K = clients_per_round, ``trainers`` the clients that train)."""
+    return max(1, round(rounds * min(clients_per_round, trainers) / trainers * local_epochs))
+
+
+def _local_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client: its own model, from the shared initial model
+    (``client_init``, as every client's), trained with the run's local solver for the budget a
+    training client has had by round t (:func:`local_budget`), its mini-batch order from the
+    stream (seed, "unseen-shuffle", client, t)."""
+    cfg = ctx.cfg
+    trainers = cfg.data.clients - cfg.data.held_out_count()
+    epochs = local_budget(t, cfg.algorithm.clients_per_round, trainers, cfg.train.local_epochs)
+    model = ctx.new_model("client_init")
+    proximal_train(model, make_optimizer(cfg.train, model.parameters()), ctx.data.x, ctx.data.y, ctx.info.task,
+                   cfg.train, rng=numpy_rng(cfg.seed, "unseen-shuffle", ctx.client, t), epochs=epochs)
+    return None, {**own_data_metrics(ctx, model), "epochs": float(epochs)}
+
+
 class Local(Configured[LocalConfig]):
     """Local: every selected client trains its own model; no communication."""
 
     Settings = LocalConfig
-    client_ops = {"train": _local_train, "evaluate": _local_evaluate}
+    client_ops = {"train": _local_train, "evaluate": _local_evaluate, "unseen": _local_unseen}
+    stateless_ops = ("unseen",)
     batched_ops = {"train": _local_train_batched}
 
     def init_server(self, ctx: ServerContext) -> None:
@@ -115,8 +142,7 @@ class Local(Configured[LocalConfig]):
         return LocalClient(model, make_optimizer(ctx.cfg.train, model.parameters()))
 
     def round(self, ctx: ServerContext, state: None, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
-                                     numpy_rng(ctx.cfg.seed, "select", t))
+        selected = select_uniform(ctx, self.settings.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         yield ClientCall("train", selected, {})
         return RoundResult(state, trained=len(selected))
 

@@ -44,7 +44,7 @@ from .base import (
     ServerContext,
     summed,
 )
-from .common import scratch_optimizer, train_from, uniform_selection
+from .common import scratch_optimizer, select_uniform, train_from
 from .settings import FedEMConfig
 
 
@@ -56,6 +56,22 @@ def e_step(log_pi: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:
 def m_step_pi(q: torch.Tensor) -> torch.Tensor:
     """pi_m = (1/n) sum_i q[m, i]."""
     return q.mean(dim=1)
+
+
+def fit_mixture(losses: torch.Tensor, max_iters: int = 500, tol: float = 1e-8) -> tuple[torch.Tensor, int]:
+    """The mixture weights of a client with the learners frozen: EM from uniform weights, the
+    E-step (:func:`e_step`) and the M-step for pi (:func:`m_step_pi`) alternated on the per-sample
+    losses [M, n] until no weight moves by more than ``tol`` (at most ``max_iters`` steps).
+    Returns (pi, the steps taken). The maximum-likelihood weights of the mixture
+    sum_m pi_m exp(-loss_m), which EM never leaves once there."""
+    losses = losses.to(torch.float64)
+    pi = torch.full((losses.shape[0],), 1.0 / losses.shape[0], dtype=torch.float64, device=losses.device)
+    for step in range(1, max_iters + 1):
+        new = m_step_pi(e_step(torch.log(pi.clamp_min(1e-300)), losses))
+        if float((new - pi).abs().max()) <= tol:
+            return new, step
+        pi = new
+    return pi, max_iters
 
 
 @dataclass(frozen=True)
@@ -136,12 +152,31 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any]
     return cs, out
 
 
+def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client, as FedEM serves clients that did not train: its
+    mixture weights fitted by EM on its training data with the learners frozen
+    (:func:`fit_mixture`; ``a.unseen_em_steps`` steps, None: to convergence), the pi-mixture of
+    the learners served; pi is the metrics ``pi[m]``, the steps taken ``em_steps``."""
+    learners = payload["learners"]
+    losses = model_losses(ctx.scratch, learners, ctx.data.x, ctx.data.y, ctx.info.task)
+    pi, steps = fit_mixture(losses) if a.unseen_em_steps is None else fit_mixture(losses, a.unseen_em_steps, 0.0)
+    pi = pi.to(torch.float32)
+    out = mixture_metrics(ctx.scratch, learners, pi, ctx.data.x, ctx.data.y, ctx.info.task)
+    if ctx.data.test_x is not None and ctx.data.test_y is not None:
+        test = mixture_metrics(ctx.scratch, learners, pi, ctx.data.test_x, ctx.data.test_y, ctx.info.task)
+        out.update({f"test_{k}": v for k, v in test.items()})
+    out.update({f"pi[{m}]": float(p) for m, p in enumerate(pi.tolist())}, em_steps=float(steps))
+    return None, out
+
+
 class FedEM(Configured[FedEMConfig]):
     Settings = FedEMConfig
+    stateless_ops = ("unseen",)
 
     def __init__(self, settings: FedEMConfig) -> None:
         super().__init__(settings)
-        self.client_ops = {"train": functools.partial(fedem_train, settings), "evaluate": _fedem_evaluate}
+        self.client_ops = {"train": functools.partial(fedem_train, settings), "evaluate": _fedem_evaluate,
+                           "unseen": functools.partial(_fedem_unseen, settings)}
 
     def init_server(self, ctx: ServerContext) -> FedEMState:
         m = self.settings.num_centers
@@ -153,10 +188,9 @@ class FedEM(Configured[FedEMConfig]):
         return FedEMClient(torch.full((m,), 1.0 / m, device=ctx.device), [scratch_optimizer(ctx) for _ in range(m)])
 
     def round(self, ctx: ServerContext, state: FedEMState, t: int) -> RoundGenerator:
-        selected = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
-                                     numpy_rng(ctx.cfg.seed, "select", t))
+        selected = select_uniform(ctx, self.settings.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"learners": state.learners},
-                               reduce=LearnerAverage(ctx.sizes, state.learners))
+                               reduce=LearnerAverage(ctx.pool_sizes, state.learners))  # n: the training clients
         pi = state.pi.copy()
         learners = res.value
         for k, (_, p) in res.rest.items():

@@ -193,11 +193,30 @@ def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, An
     return cs, own_data_metrics(ctx, cs.model)
 
 
+def mixture_of_centers(u: np.ndarray, centers: torch.Tensor) -> Params:
+    """sum_s (u_s / sum u) c_s: the centers combined by the normalised importance weights."""
+    w = torch.as_tensor(np.asarray(u, dtype=np.float64) / float(np.sum(u)), dtype=centers.dtype,
+                        device=centers.device)
+    return w @ centers
+
+
+def client_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client: FedSoft's estimation step on its training data
+    (:func:`importance_weights`, with the run's sigma) and the centers combined by those
+    weights, normalised (:func:`mixture_of_centers`), served; the weights are the metrics
+    ``u[s]``."""
+    losses = model_losses(ctx.scratch, payload["centers"], ctx.data.x, ctx.data.y, ctx.info.task)
+    u = importance_weights(to_numpy(losses), payload["sigma"])
+    set_flat(ctx.scratch, mixture_of_centers(u, payload["centers"]))
+    return None, {**own_data_metrics(ctx, ctx.scratch), **{f"u[{s}]": float(v) for s, v in enumerate(u)}}
+
+
 # ----------------------------------------------------------------------------- server half
 class FedSoft(Configured[FedSoftConfig]):
     Settings = FedSoftConfig
-    client_ops = {"estimate": client_estimate, "train": client_train, "evaluate": client_evaluate}
-    stateless_ops = ("estimate",)  # the centers' losses on the client's data
+    client_ops = {"estimate": client_estimate, "train": client_train, "evaluate": client_evaluate,
+                  "unseen": client_unseen}
+    stateless_ops = ("estimate", "unseen")  # the centers' losses on the client's data
     batched_ops = {"train": client_train_batched}
 
     def init_server(self, ctx: ServerContext) -> FedSoftState:
@@ -212,7 +231,7 @@ class FedSoft(Configured[FedSoftConfig]):
 
     def round(self, ctx: ServerContext, state: FedSoftState, t: int) -> RoundGenerator:
         a = self.settings
-        everyone = list(range(ctx.num_clients))
+        everyone = ctx.pool  # every training client (held-out ones are never asked)
         u = state.u
         estimated = False
         if t % a.estimation_interval == 0:
@@ -221,7 +240,7 @@ class FedSoft(Configured[FedSoftConfig]):
             for k, uk in res.items():
                 u[k] = uk
             estimated = True
-        v = selection_probabilities(u, ctx.sizes)
+        v = selection_probabilities(u, ctx.pool_sizes)  # a held-out client's n_k = 0: never drawn
         if a.selection == "sample":
             selected = select_clients(v, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
             trainers = sorted({int(k) for sel in selected for k in sel})
@@ -247,3 +266,6 @@ class FedSoft(Configured[FedSoftConfig]):
 
     def eval_payload(self, state: FedSoftState) -> dict[str, Any]:
         return {}
+
+    def unseen_payload(self, state: FedSoftState) -> dict[str, Any]:
+        return {"centers": state.centers, "sigma": self.settings.sigma}

@@ -84,6 +84,16 @@ class FedSoftAsync(PretrainedStart):
         cs.mu = importance_weights(to_numpy(losses), self.settings.sigma)
         return cs.mu
 
+    def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
+                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+        """A held-out client's cold start: its own estimate mu on the K models it downloaded
+        (:meth:`estimate`, FedSoft's estimation step) and its mixture sum_k mu_k w_k, the anchor
+        its own reply would give; mu is ``u[k]``."""
+        models = payload["initial_models"]
+        mu = self.estimate(ctx, cs, models)
+        assert mu is not None
+        return personalised_model(models, mu), {f"u[{k}]": float(v) for k, v in enumerate(mu)}
+
     def init_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
 

@@ -38,6 +38,7 @@ from ..params import get_flat
 from ..rng import numpy_rng
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, RoundResult, ServerContext
 from .common import evaluate_vector, scratch_optimizer, train_from, uniform_selection
+from .ifca import center_cold_start
 from .settings import FPFCConfig
 
 
@@ -223,6 +224,21 @@ class FPFCState:
     v: np.ndarray  # [m(m-1)/2, d]
     sizes: np.ndarray  # [m] training samples per device (cluster models are n-weighted)
     labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # the client of each device when clients are held out (the devices are the training
+    # clients, ascending); None: device i is client i
+    clients: np.ndarray | None = None
+    total: int = 0  # every client, held-out ones included (with ``clients``)
+
+    def client(self, device: int) -> int:
+        return device if self.clients is None else int(self.clients[device])
+
+    def by_client(self, rows: np.ndarray | dict[int, Any], devices: list[int] | None = None) -> Any:
+        """``rows`` (one per device) as the payload indexes them, by client: the array itself
+        when device i is client i, else {client: row}."""
+        if self.clients is None:
+            return rows if devices is None else {k: rows[k] for k in devices}
+        picked = range(len(rows)) if devices is None else devices
+        return {self.client(d): rows[d] for d in picked}
 
 
 def _fpfc_train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
@@ -236,32 +252,48 @@ def _fpfc_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, evaluate_vector(ctx, ctx.tensor(payload["w"][ctx.client]))
 
 
+def _fpfc_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client: the cluster model (the n-weighted mean of a cluster's
+    device models, :meth:`FPFC.centers`) with the lowest average loss on its training data
+    (:func:`~raysoft.algorithms.ifca.center_cold_start`), served."""
+    return None, center_cold_start(ctx, ctx.tensor(payload["centers"]))
+
+
 class FPFC(Configured[FPFCConfig]):
     Settings = FPFCConfig
-    client_ops = {"train": _fpfc_train, "evaluate": _fpfc_evaluate}
+    client_ops = {"train": _fpfc_train, "evaluate": _fpfc_evaluate, "unseen": _fpfc_unseen}
+    stateless_ops = ("unseen",)
 
     def init_server(self, ctx: ServerContext) -> FPFCState:
-        m = ctx.num_clients
+        pool = ctx.pool  # the devices: every training client (held-out ones have no w_i, no pairs)
+        m = len(pool)
         w0 = to_numpy(get_flat(ctx.new_model("client_init")))
         pairs = m * (m - 1) // 2
         w = np.repeat(w0[None, :], m, axis=0)
         theta = np.zeros((pairs, w0.size), np.float32)
         labels = clusters(theta, m, self.settings.nu)
-        return FPFCState(w, theta, np.zeros_like(theta), np.asarray(ctx.sizes), labels)
+        sizes = np.asarray(ctx.sizes)
+        if not ctx.held_out:
+            return FPFCState(w, theta, np.zeros_like(theta), sizes, labels)
+        return FPFCState(w, theta, np.zeros_like(theta), sizes[pool], labels, np.asarray(pool),
+                         ctx.num_clients)
 
     def init_client(self, ctx: ClientContext):
         return scratch_optimizer(ctx)
 
     def round(self, ctx: ServerContext, state: FPFCState, t: int) -> RoundGenerator:
         a = self.settings
-        m = ctx.num_clients
-        selected = uniform_selection(m, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
+        m = state.w.shape[0]
+        selected = uniform_selection(m, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))  # devices
         z = zeta(state.w, state.theta, state.v, a.rho, selected)
-        payload = {"rho": a.rho, "zeta": dict(zip(selected, z)), "w": {k: state.w[k] for k in selected}}
-        res = yield ClientCall("train", selected, payload, each=("zeta", "w"))  # its own zeta_k, w_k
+        payload = {"rho": a.rho, "zeta": state.by_client(dict(zip(selected, z)), selected),
+                   "w": state.by_client(state.w, selected)}
+        # each client receives its own zeta_k, w_k
+        res = yield ClientCall("train", [state.client(d) for d in selected], payload, each=("zeta", "w"))
         w, theta, v = state.w.copy(), state.theta, state.v  # theta, v updated in place (large)
-        for k in res:  # an excluded (non-finite) update leaves the device's last model
-            w[k] = res[k]
+        for d in selected:  # an excluded (non-finite) update leaves the device's last model
+            if state.client(d) in res:
+                w[d] = res[state.client(d)]
         for i, j in round_pairs(selected, m, a.pairs):
             update_pairs(w, theta, v, i, j, a)
         labels = clusters(theta, m, a.nu)
@@ -274,17 +306,33 @@ class FPFC(Configured[FPFCConfig]):
             else:
                 w, labels, sets = neighbourhood_models(w, theta, a.nu, state.sizes)
                 diagnostics["neighbourhood_sets"] = sets
-        return RoundResult(FPFCState(w, theta, v, state.sizes, labels), diagnostics, weights_updated=last)
+        return RoundResult(FPFCState(w, theta, v, state.sizes, labels, state.clients, state.total), diagnostics,
+                           weights_updated=last)
 
     def centers(self, state: FPFCState) -> torch.Tensor:
         """The current clusters' n-weighted models (after the last round: the final models)."""
         return torch.as_tensor(cluster_models(state.w, state.labels, state.sizes))
 
     def weights(self, state: FPFCState) -> np.ndarray:
-        return np.eye(state.labels.max() + 1)[state.labels]
+        """One-hot rows of every client's cluster (a held-out client's row: uniform)."""
+        k = state.labels.max() + 1
+        one_hot = np.eye(k)[state.labels]
+        if state.clients is None:
+            return one_hot
+        out = np.full((state.total, k), 1.0 / k)
+        out[state.clients] = one_hot
+        return out
 
     def assignment(self, state: FPFCState) -> np.ndarray:
-        return state.labels
+        """Every client's cluster (a held-out client's: -1)."""
+        if state.clients is None:
+            return state.labels
+        out = np.full(state.total, -1, dtype=np.int64)
+        out[state.clients] = state.labels
+        return out
 
     def eval_payload(self, state: FPFCState) -> dict[str, Any]:
-        return {"w": state.w}
+        return {"w": state.by_client(state.w)}
+
+    def unseen_payload(self, state: FPFCState) -> dict[str, Any]:
+        return {"centers": self.centers(state)}

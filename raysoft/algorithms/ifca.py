@@ -45,7 +45,7 @@ from .base import (
     ServerContext,
     summed,
 )
-from .common import evaluate_vector, mean_losses, scratch_optimizer, train_from, uniform_selection
+from .common import evaluate_vector, mean_losses, scratch_optimizer, select_uniform, train_from
 from .settings import IFCAConfig
 
 
@@ -144,10 +144,28 @@ def _ifca_evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
     return opt, EvalResult(evaluate_vector(ctx, payload["centers"][j]), extra=j)  # extra: the chosen center
 
 
+def center_cold_start(ctx: ClientContext, centers: torch.Tensor) -> EvalResult:
+    """Cold start of a held-out client over ``centers`` (IFCA's, FPFC's): the center with the
+    lowest average loss on its training data (:func:`assign_cluster`, IFCA's cluster estimate),
+    scored; ``extra`` is the chosen center, also the metric ``center``."""
+    j = assign_cluster(to_numpy(mean_losses(ctx, centers)))
+    return EvalResult({**evaluate_vector(ctx, centers[j]), "center": float(j)}, extra=j)
+
+
+def _ifca_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+    """Cold start of a held-out client: IFCA's cluster estimate (its true cluster under
+    ``assignment: oracle``), the chosen center served."""
+    if payload.get("assignment") == "oracle":
+        j = _choose(ctx, payload)
+        return None, EvalResult({**evaluate_vector(ctx, payload["centers"][j]), "center": float(j)}, extra=j)
+    return None, center_cold_start(ctx, payload["centers"])
+
+
 class IFCA(Configured[IFCAConfig]):
     Settings = IFCAConfig
-    client_ops = {"train": _ifca_train, "evaluate": _ifca_evaluate, "assign": _ifca_assign}
+    client_ops = {"train": _ifca_train, "evaluate": _ifca_evaluate, "assign": _ifca_assign, "unseen": _ifca_unseen}
     readonly_ops = ("evaluate", "assign")
+    stateless_ops = ("unseen",)
 
     def init_server(self, ctx: ServerContext) -> IFCAState:
         return IFCAState(self._draw_centers(ctx, 0), np.full(ctx.num_clients, -1))
@@ -161,7 +179,7 @@ class IFCA(Configured[IFCAConfig]):
         """Re-draw the centers until each one is chosen by >= init_threshold of all clients
         (keeps the most balanced draw if none qualifies)."""
         a = self.settings
-        everyone = list(range(ctx.num_clients))
+        everyone = ctx.pool
         best, best_min = state.centers, -1
         for attempt in range(a.init_attempts):
             centers = state.centers if attempt == 0 else self._draw_centers(ctx, attempt)
@@ -169,7 +187,7 @@ class IFCA(Configured[IFCAConfig]):
             smallest = np.bincount(list(res.values()), minlength=centers.shape[0]).min()
             if smallest > best_min:
                 best, best_min = centers, smallest
-            if smallest >= a.init_threshold * ctx.num_clients:
+            if smallest >= a.init_threshold * len(everyone):
                 break
         return best
 
@@ -180,7 +198,7 @@ class IFCA(Configured[IFCAConfig]):
         a = self.settings
         if t == 0 and a.init_threshold > 0 and a.assignment == "loss":
             state = IFCAState((yield from self.good_init(ctx, state)), state.assignment)
-        selected = uniform_selection(ctx.num_clients, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
+        selected = select_uniform(ctx, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
         res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option,
                                                    "assignment": a.assignment},
                                reduce=CenterUpdate(state.centers, a.option, ctx.cfg.train.lr))

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..params import Params
+from .base import ClientContext
 from .ccfl import CCFLServerState, PretrainedStart, init_server_state, initial_reply
 from .settings import LocalStreamConfig
 from .stream import StreamClient, ValSets
@@ -32,6 +33,11 @@ class LocalStream(PretrainedStart):
 
     def upload(self, cs: StreamClient, mu: np.ndarray | None) -> tuple[Params | None, int]:
         return None, 0
+
+    def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
+                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+        """A held-out client's cold start: its own model after its first local training."""
+        return w, {}
 
     def init_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)  # only its epoch t moves

@@ -102,6 +102,10 @@ class FedEMConfig(AlgorithmConfig):
         "(the reference code steps its scheduler once per round the client is sampled)",
     )
     lr_decay: float = Field(0.1, gt=0.0, le=1.0)
+    unseen_em_steps: int | None = Field(
+        None, ge=1, description="a held-out client's EM steps on its mixture weights with the learners frozen "
+        "(null: until they stop moving, at most 500; 1: the reference code's one E-step and pi update)"
+    )
 
 
 class FPFCConfig(AlgorithmConfig):

@@ -21,6 +21,7 @@ with a client half and a server half, both Ray-free:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,9 +138,13 @@ class StreamAlgorithm(Configured[StreamConfig]):
     own_data = True  # the client's data is built per cycle, not by the federation
     has_server = True
 
+    stateless_ops: tuple[str, ...] = ("unseen",)  # a held-out client's cold start starts from nothing of its own
+
     def __init__(self, settings: StreamConfig) -> None:
         super().__init__(settings)
-        self.client_ops = {"stream_step": self.step, "stream_score": self.score}
+        self.client_ops: dict[str, Callable[..., Any]] = {"stream_step": self.step, "stream_score": self.score}
+        if type(self).serve_unseen is not StreamAlgorithm.serve_unseen:  # a cold start for held-out clients
+            self.client_ops["unseen"] = self.unseen
         self._source: StreamSource | None = None
 
     # ------------------------------------------------------------------ data and the start
@@ -276,6 +281,34 @@ class StreamAlgorithm(Configured[StreamConfig]):
                     "cost": {"bytes_down": down, "bytes_up": up, "samples_trained": samples,
                              "estimation_forwards": forwards, "train_s": train_s, "estimation_s": est_s,
                              "server_on_actor_s": work_s}}
+
+    def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
+                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+        """The model a held-out client is served after its first local training ``w`` (and the
+        figures of how it was chosen): the reply the algorithm would send to that first upload.
+        Subclasses say which; without it, the client op ``unseen`` is absent and held-out
+        clients are skipped."""
+        raise NotImplementedError
+
+    def unseen(self, ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+        """Client op ``unseen``, the cold start of a held-out client (``data.held_out``): as a
+        newcomer, it downloads the server's current initialisation tuple (``payload``: the
+        algorithm's ``cold_start``, plus the cluster models as ``models``), trains once on its
+        data at its first tick (objective (2) from that anchor, the stream's local work, its
+        mini-batch order from the stream (seed, "unseen-shuffle", client)), is served
+        :meth:`serve_unseen` and scored on that tick's test split. Never uploaded."""
+        a = self.settings
+        cs = self.init_client(ctx)
+        anchor = self.first_anchor(payload)[0]
+        set_flat(ctx.scratch, anchor)
+        cs.optimizer.bind(ctx.scratch.parameters())
+        data = cs.data_on(ctx.device)
+        w = client_update(ctx.scratch, cs.optimizer, data.x, data.y, ctx.info.task, ctx.cfg.train, anchor,
+                          self.proximal(), rng=numpy_rng(ctx.cfg.seed, "unseen-shuffle", ctx.client),
+                          epochs=a.local_epochs or ctx.cfg.train.local_epochs)
+        models = payload.get("models")
+        served, extra = self.serve_unseen(ctx, cs, w, None if models is None else ctx.tensor(models), payload)
+        return None, {**self.score_reply(ctx, cs, served), **extra}
 
     # ------------------------------------------------------------------ server half
     def init_server(self, models: torch.Tensor) -> Any:

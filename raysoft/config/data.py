@@ -52,6 +52,14 @@ class DataConfig(Section):
     join_schedule: list[float] | None = Field(
         None, description="streams: the virtual time at which each client joins (cold start); default all at 0"
     )
+    held_out: float = Field(
+        0, ge=0, description="clients kept out of training and cold-started at evaluation: a share in [0, 1) of "
+        "the clients (at least one when positive) or a whole count >= 1; drawn from data.seed (docs/running.md)"
+    )
+    held_out_eval: Literal["final", "every"] = Field(
+        "final", description="when the held-out clients are cold-started and scored: at the final evaluation "
+        "only, or at every evaluation"
+    )
 
     PARTITIONS: ClassVar[tuple[str, ...] | None] = PARTITIONS
     """The values ``partition`` takes where it is annotated ``str`` (the engine's own; None: any
@@ -75,6 +83,13 @@ class DataConfig(Section):
         if not isinstance(raw, Mapping):
             return raw
         return {k: v for k, v in raw.items() if not (v is None and k in cls.NULL_IS_DEFAULT)}
+
+    def held_out_count(self) -> int:
+        """How many clients ``held_out`` keeps out of training: a share s in (0, 1) holds out
+        max(1, round(s * clients)), a number >= 1 that many, 0 none."""
+        if self.held_out >= 1:
+            return int(self.held_out)
+        return max(1, round(self.held_out * self.clients)) if self.held_out > 0 else 0
 
     def draw_seed(self, run_seed: int) -> int:
         """The seed the data is drawn from: ``seed`` (data.seed) if set, else the run's."""
@@ -106,4 +121,8 @@ class DataConfig(Section):
                 f"partition {self.partition!r} needs distributions: 2 (got {self.distributions}); "
                 "use partition: random for S != 2"
             )
+        if self.held_out >= 1 and not float(self.held_out).is_integer():
+            raise ValueError(f"held_out {self.held_out:g} is neither a share in [0, 1) nor a whole count of clients")
+        if self.held_out_count() >= self.clients:
+            raise ValueError(f"held_out {self.held_out:g} leaves no client to train (clients: {self.clients})")
         return self

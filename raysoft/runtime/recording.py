@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..algorithms.base import eval_metrics
 from ..config import Config
-from ..errors import ClientFailure, RecoveryFailure, one_line
+from ..errors import ClientFailure, PluginFailure, RecoveryFailure, one_line
 from ..evaluation import evaluate_centers
 from ..results import Recorder
+from ..unseen import UNSEEN_OP, held_out_clients, unseen_summary
 from .checkpoint import load_checkpoint, prove_loadable, save_checkpoint
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,9 @@ class CoordinatorBase:
         self.rows_sent = 0  # metric rows already handed to the driver's callbacks
         self.unsaid: list[dict[str, Any]] = []  # events not yet handed to the driver
         self._work: dict[str, int] = {}  # samples per kind of work since the last report (raysoft bench's floors)
+        self.held_out = held_out_clients(cfg.data, cfg.seed)  # kept out of training (data.held_out)
+        self.training = [k for k in range(cfg.data.clients) if k not in set(self.held_out)]
+        self.unseen: dict[str, Any] | None = None  # the held-out clients' last cold start, summarised
         for actor, where in enumerate(executor.placement):
             for k in where["clients"]:
                 self.recorder.add("placement", client=k, actor=actor, node_id=where["node_id"])
@@ -130,6 +135,46 @@ class CoordinatorBase:
                 self.row("cluster", c, s, name, value)
             scores[s, c] = metrics[metric]
         return scores
+
+    # ------------------------------------------------------------------ held-out clients
+    def unseen_due(self, total: int) -> bool:
+        """Whether the held-out clients are cold-started at this evaluation: at every one
+        (``data.held_out_eval: every``) or at the final one (the run's ``total`` reached)."""
+        return bool(self.held_out) and (self.cfg.data.held_out_eval == "every" or self.round >= total)
+
+    def score_unseen(self, algorithm: Any, payload: dict[str, Any], metric: str,
+                     call: Callable[..., dict[int, Any]] | None = None) -> None:
+        """The held-out clients' cold starts: the algorithm's client op ``unseen`` with
+        ``payload``, run where each client's data lives (``call``: the executor's), its metrics
+        rows of client_metrics.parquet (held_out true) and summarised by ``metric``
+        (:func:`~raysoft.unseen.unseen_summary`) in :attr:`unseen`. An algorithm without the op
+        has them skipped, said once as an event (``held_out_skipped``) and in the summary."""
+        name = self.cfg.algorithm.name
+        if UNSEEN_OP not in algorithm.client_ops:
+            if self.unseen is None:
+                self.event("held_out_skipped", f"algorithm {name!r} has no cold start (client op {UNSEEN_OP!r}): its "
+                           f"{len(self.held_out)} held-out clients are not scored")
+            self.unseen = {"clients": list(self.held_out), "scored": 0,
+                           "skipped": f"algorithm {name!r} has no cold start (client op {UNSEEN_OP!r})"}
+            return
+        results = (call or self.executor.call)(UNSEEN_OP, list(self.held_out), payload, self.round)
+        metrics: dict[int, dict[str, float]] = {}
+        for k in sorted(results):
+            try:
+                metrics[k] = eval_metrics(results[k])
+            except TypeError as err:
+                what = str(err).replace("its evaluate op", f"its {UNSEEN_OP} op")
+                raise PluginFailure(f"algorithm {name!r}: held-out client {k}: {what}") from None
+            for metric_name, value in metrics[k].items():
+                self.recorder.add("client_metrics", step=self.round, client=k, held_out=True, metric=metric_name,
+                                  value=float(value))
+        self.unseen = {"clients": list(self.held_out), **unseen_summary(metrics, metric, self.round)}
+
+    def unseen_part(self) -> dict[str, Any]:
+        """The summary's ``held_out`` (none when no client is held out)."""
+        if not self.held_out:
+            return {}
+        return {"held_out": self.unseen or {"clients": list(self.held_out), "scored": 0}}
 
     # ------------------------------------------------------------------ the loop
     def advance(self, stop: bool = False) -> dict[str, Any]:

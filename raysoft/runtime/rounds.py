@@ -23,6 +23,7 @@ from ..evaluation import summarize
 from ..metrics import HEADLINE, LOWER_IS_BETTER, headline_dists
 from ..models import build_model
 from ..tree import leaves
+from ..unseen import UNSEEN_OP
 from .clock import RoundClock
 from .comm import Ledger, download_bytes, totals, wire_bytes
 from .executor import finite
@@ -46,7 +47,7 @@ def _leaf_bytes(leaf: Any) -> int:
 class RoundCoordinator(CoordinatorBase):
     """Runs the rounds of one synchronous experiment and records every measurement."""
 
-    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now")
+    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now", "unseen")
 
     def __init__(self, cfg: Config, executor: Any, algorithm: Algorithm, run_id: str,
                  run_dir: str | None = None) -> None:
@@ -54,7 +55,7 @@ class RoundCoordinator(CoordinatorBase):
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
         self.fed = Federation(cfg.data, cfg.seed)
-        self.ctx = ServerContext(cfg=cfg, sizes=self.fed.sizes, info=self.fed.info)
+        self.ctx = ServerContext(cfg=cfg, sizes=self.fed.sizes, info=self.fed.info, held_out=self.held_out)
         if hasattr(executor, "set_costs"):  # balanced rounds: a client's training costs its samples
             executor.set_costs(self.fed.sizes)
         self.holdouts = [self.fed.holdout(s) for s in range(self.fed.num_distributions)]
@@ -104,6 +105,7 @@ class RoundCoordinator(CoordinatorBase):
         self.virtual_now = 0.0
         self.center_scores: np.ndarray | None = None
         self.local_means: dict[str, float] = {}
+        self.unseen = None
         shares = self.fed.realized_shares()
         for k in range(self.fed.num_clients):
             for s in range(self.fed.num_distributions):
@@ -126,9 +128,8 @@ class RoundCoordinator(CoordinatorBase):
             scores = np.zeros((len(self.holdouts), 0))
         self._count("holdout", scores.shape[1] * sum(len(y) for _, y in self.holdouts))
         payload = self.algorithm.eval_payload(self.state)
-        self._count("evaluate", int(self.fed.sizes.sum()))
-        local = self._exec(self.executor.call, "evaluate", list(range(self.fed.num_clients)), payload, self.round,
-                           sent=payload)
+        self._count("evaluate", int(self.fed.sizes[self.training].sum()))
+        local = self._exec(self.executor.call, "evaluate", list(self.training), payload, self.round, sent=payload)
         metrics: dict[int, dict[str, float]] = {}
         for k in sorted(local):
             try:
@@ -149,7 +150,18 @@ class RoundCoordinator(CoordinatorBase):
             head = headline_dists(f"best center {self.metric}", best)
         if self.metric in self.local_means:
             head[f"local models {self.metric}"] = self.local_means[self.metric]
+        if self.unseen_due(self.cfg.algorithm.rounds):
+            self._cold_starts()
         return head
+
+    def _cold_starts(self) -> None:
+        """The held-out clients' cold starts, with the algorithm's ``unseen_payload(state)``
+        (else its ``eval_payload(state)``)."""
+        make = getattr(self.algorithm, "unseen_payload", None) or self.algorithm.eval_payload
+        sent = make(self.state)
+        self._count(UNSEEN_OP, int(self.fed.sizes[list(self.held_out)].sum()))
+        self.score_unseen(self.algorithm, sent, self.metric,
+                          lambda *args: self._exec(self.executor.call, *args, sent=sent))
 
     # ------------------------------------------------------------------ client calls
     def _report_bad(self, op: str, bad: list[int], t: int) -> None:
@@ -161,6 +173,14 @@ class RoundCoordinator(CoordinatorBase):
     def _report_late(self, op: str) -> None:
         for k in self.executor.late:
             self.event("late_update", f"op {op}: missed the round deadline", client=k)
+
+    def _without_held_out(self, call: ClientCall) -> ClientCall:
+        """The call without the held-out clients (``data.held_out``): a plug-in that selects
+        from every client still never trains one."""
+        if not self.held_out or not set(call.clients) & set(self.held_out):
+            return call
+        out = set(self.held_out)
+        return ClientCall(call.op, [k for k in call.clients if k not in out], call.payload, call.reduce)
 
     def _on_time(self, call: ClientCall, t: int) -> ClientCall:
         """The call without the clients whose training misses the simulated round deadline
@@ -228,6 +248,7 @@ class RoundCoordinator(CoordinatorBase):
             call = plugin_call(next, (gen,), where)
             while True:
                 self._check_call(call, t)
+                call = self._without_held_out(call)
                 # sent to every client asked, a late one too (its result is what misses the deadline)
                 self._comm.sent(download_bytes(call.payload, call.clients, call.each,
                                                f"algorithm {self.cfg.algorithm.name!r}, round {t}, op {call.op!r}"))
@@ -266,7 +287,7 @@ class RoundCoordinator(CoordinatorBase):
         weights = self._weights()
         if weights is None:
             return
-        for k in range(weights.shape[0]):
+        for k in self.training if self.held_out else range(weights.shape[0]):
             for c in range(weights.shape[1]):
                 self.recorder.add("weights", step=step, client=k, center=c, estimate=float(weights[k, c]))
 
@@ -281,8 +302,12 @@ class RoundCoordinator(CoordinatorBase):
         from sklearn.metrics import adjusted_rand_score
 
         truth = self.fed.mixtures.argmax(axis=1)
-        for k in range(self.fed.num_clients):
-            self.recorder.add("assignments", client=k, predicted=int(predicted[k]), truth=int(truth[k]))
+        if self.held_out:  # the training clients' clustering: a held-out client has none
+            truth, predicted, ids = truth[self.training], predicted[self.training], self.training
+        else:
+            ids = list(range(self.fed.num_clients))
+        for i, k in enumerate(ids):
+            self.recorder.add("assignments", client=k, predicted=int(predicted[i]), truth=int(truth[i]))
         return {"ari": float(adjusted_rand_score(truth, predicted)), "num_clusters": int(len(np.unique(predicted)))}
 
     def summary(self) -> dict[str, Any]:
@@ -290,8 +315,12 @@ class RoundCoordinator(CoordinatorBase):
         if self.center_scores is None:
             self.evaluate()
         assert self.center_scores is not None
-        weights = self._weights()
-        out = summarize(self.center_scores, self.metric, self.local_means, weights, self.fed.realized_shares())
+        if self.held_out and self.unseen is None:  # a run stopped before its final evaluation
+            self._cold_starts()
+        weights, truth = self._weights(), self.fed.realized_shares()
+        if self.held_out:  # the importance-weight error of the training clients
+            weights, truth = (None if weights is None else weights[self.training]), truth[self.training]
+        out = summarize(self.center_scores, self.metric, self.local_means, weights, truth)
         assign = getattr(self.algorithm, "assignment", None)
         if assign is not None:
             out.update(self._record_assignments(np.asarray(assign(self.state))))
@@ -307,6 +336,7 @@ class RoundCoordinator(CoordinatorBase):
         if self.clock is not None:
             out["virtual_time_s"] = self.clock.now
         out.update(totals(self.recorder, self.fed.num_clients))
+        out.update(self.unseen_part())
         return out
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -47,6 +47,7 @@ class StreamCoordinator(CoordinatorBase):
     # everything a checkpoint must hold to continue the stream exactly (no random state: every
     # draw is derived from (seed, purpose, ids))
     CHECKPOINTED = ("state", "uploads", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
+                    "unseen",
                     "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "center_scores", "means", "totals",
                     "final_before", "final_after", "cluster_history", "finished")
 
@@ -92,6 +93,7 @@ class StreamCoordinator(CoordinatorBase):
         self.final_after: dict[int, float] = {}
         self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
         self.finished = False
+        self.unseen = None
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "server_on_actor_s", "silent_ticks")}
@@ -124,6 +126,11 @@ class StreamCoordinator(CoordinatorBase):
             head = headline_dists("cluster accuracy", np.diag(scores))
         if self.means["accuracy_before"]:  # the local models at their uploads (the CCFL paper's Cli Bfr), the last 50
             head["local models accuracy"] = float(np.mean(self.means["accuracy_before"][-50:]))
+        if self.unseen_due(self.a.rounds):  # the held-out clients' cold starts, as newcomers now
+            payload = dict(self.algorithm.cold_start(self.state, self.initial_models))
+            if self.algorithm.has_server:
+                payload["models"] = self.algorithm.models(self.state)
+            self.score_unseen(self.algorithm, payload, "accuracy")
         return head
 
     def _apply(self, m: int, up: dict[str, Any]) -> None:
@@ -210,9 +217,11 @@ class StreamCoordinator(CoordinatorBase):
     def _keys(self) -> np.ndarray:
         """Per client, the virtual time before which nothing of it can happen: its computed
         upload's time, else its next tick, else (not joined yet) its join time."""
-        return np.array([self.computed[m]["vtime"] if m in self.computed
+        keys = np.array([self.computed[m]["vtime"] if m in self.computed
                          else self.next_time[m] if m in self.replies else self.joins[m]
                          for m in range(self.cfg.data.clients)])
+        keys[list(self.held_out)] = np.inf  # a held-out client never uploads
+        return keys
 
     def _step_costs(self) -> np.ndarray:
         """Each client's next step in forward passes (a training sample counts three: its forward
@@ -239,7 +248,7 @@ class StreamCoordinator(CoordinatorBase):
         # a client that has not joined yet is due when nothing earlier is left to apply: it then
         # fetches the server's current initialisation tuple (w, t), as a newcomer does
         frontier = float(self._keys().min())
-        need = [m for m in range(n) if m not in self.computed and (m in self.replies or self.joins[m] <= frontier)]
+        need = [m for m in self.training if m not in self.computed and (m in self.replies or self.joins[m] <= frontier)]
         if need:
             payload: dict[str, Any] = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
             if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
@@ -304,8 +313,8 @@ class StreamCoordinator(CoordinatorBase):
                    kl_fresh_estimates=float(np.mean(self.kl_fresh)) if self.kl_fresh else None,
                    cli_bfr_all_uploads=means.get("accuracy_before"), cli_aft_all_uploads=means.get("accuracy_after"),
                    cluster_acc_final=float(np.mean(np.diag(scores))) if scores.shape[1] else None)
-        n, tot = self.cfg.data.clients, self.totals
-        out.update(comm_totals(self.recorder, n))  # bytes_down, bytes_up: comm.parquet's sums (per client below)
+        out.update(comm_totals(self.recorder, self.cfg.data.clients))  # bytes_down, bytes_up: comm.parquet's sums
+        n, tot = len(self.training), self.totals  # the clients that upload
         out.update(bytes_down_per_client=tot["bytes_down"] / n, bytes_up_per_client=tot["bytes_up"] / n,
                    samples_trained_per_client=tot["samples_trained"] / n,
                    client_estimation_forwards_per_client=tot["estimation_forwards"] / n,
@@ -317,4 +326,5 @@ class StreamCoordinator(CoordinatorBase):
         out.update(run_id=self.recorder.run_id, kind="stream", algorithm=self.a.name, dataset=self.cfg.data.name,
                    rounds=int(self.uploads), uploads=int(self.uploads), stale_uploads=int(self.stale),
                    wall_time_s=self.elapsed(), events=self.event_counts())
+        out.update(self.unseen_part())
         return self.recorder.tables(), out

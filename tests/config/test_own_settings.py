@@ -105,7 +105,8 @@ def test_the_builtins_keys_are_gone_from_the_base_sections():
     for key in ("dim", "classes", "theta_std", "noise_std", "generator", "alpha", "beta", "root", "rotations"):
         assert key not in DataConfig.model_fields, key
     assert set(DataConfig.model_fields) == {"name", "clients", "distributions", "partition", "samples_min",
-                                            "samples_max", "test_samples", "seed", "join_schedule"}
+                                            "samples_max", "test_samples", "seed", "join_schedule", "held_out",
+                                            "held_out_eval"}
     assert set(ModelConfig.model_fields) == {"name", "init"}
     # each key lives with the dataset or model that reads it
     assert {"dim", "theta_std", "noise_std"} <= set(SyntheticData.model_fields)
