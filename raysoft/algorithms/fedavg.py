@@ -122,3 +122,7 @@ class Local(Configured[LocalConfig]):
 
     def eval_payload(self, state: None) -> dict[str, Any]:
         return {}
+
+    def serve(self, ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+        """The model served to a client: its own."""
+        return cs.model

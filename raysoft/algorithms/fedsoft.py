@@ -247,3 +247,8 @@ class FedSoft(Configured[FedSoftConfig]):
 
     def eval_payload(self, state: FedSoftState) -> dict[str, Any]:
         return {}
+
+    def serve(self, ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+        """The model served to a client: its local (personalised) model, trained with the
+        proximal pull towards its mixture of the centers."""
+        return cs.model

@@ -288,3 +288,7 @@ class FPFC(Configured[FPFCConfig]):
 
     def eval_payload(self, state: FPFCState) -> dict[str, Any]:
         return {"w": state.w}
+
+    def serve(self, ctx: ClientContext, opt: Any, payload: dict[str, Any], t: int) -> torch.Tensor:
+        """The model served to a client: its own w_i (after the last round, its cluster's model)."""
+        return ctx.tensor(payload["w"][ctx.client])

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientContext, Plan, make_algorithm
-from ..algorithms.base import leaves_state, split_result
+from ..algorithms.base import SERVED_OP, leaves_state, served_op, split_result
 from ..config import Config
 from ..data import ClientData, Federation
 from ..devices import deterministic, indexed, move_in_place, moved, to_device
@@ -80,7 +80,7 @@ class ClientHost:
     def _context(self, k: int) -> ClientContext:
         """Client k's data and context, built from (data config, seed, k)."""
         fed = self.fed
-        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.client_data(k)
+        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.with_test_split(k, fed.client_data(k))
         data = to_device(data, self.device)
         return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch, device=self.device)
 
@@ -217,7 +217,7 @@ class ClientHost:
     def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
               home: torch.device) -> dict[int, Any]:
         """:meth:`call`, its results moved to ``home``."""
-        fn = self.algorithm.client_ops[op]
+        fn = served_op(self.algorithm) if op == SERVED_OP else self.algorithm.client_ops[op]
         payload = to_device(payload, self.device)
         ids = sorted(int(c) for c in client_ids)
         batched = self._batched(op, ids, t)

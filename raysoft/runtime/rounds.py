@@ -14,7 +14,16 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientCall, Reduced, ServerContext
-from ..algorithms.base import Algorithm, as_round_result, eval_metrics, leaves_state, split_result
+from ..algorithms.base import (
+    SERVED_OP,
+    Algorithm,
+    as_round_result,
+    default_served,
+    eval_metrics,
+    has_served,
+    leaves_state,
+    split_result,
+)
 from ..config import Config
 from ..data import Federation
 from ..errors import PluginFailure, UpdateError, plugin_call
@@ -24,7 +33,7 @@ from ..models import build_model
 from ..tree import leaves
 from .clock import RoundClock
 from .executor import finite
-from .recording import CoordinatorBase
+from .recording import Clusterings, CoordinatorBase, Served
 
 
 def nbytes(obj: Any) -> int:
@@ -44,7 +53,8 @@ def _leaf_bytes(leaf: Any) -> int:
 class RoundCoordinator(CoordinatorBase):
     """Runs the rounds of one synchronous experiment and records every measurement."""
 
-    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now")
+    CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now", "served",
+                    "clusterings")
 
     def __init__(self, cfg: Config, executor: Any, algorithm: Algorithm, run_id: str,
                  run_dir: str | None = None) -> None:
@@ -101,6 +111,8 @@ class RoundCoordinator(CoordinatorBase):
         self.virtual_now = 0.0
         self.center_scores: np.ndarray | None = None
         self.local_means: dict[str, float] = {}
+        self.served = Served(self.metric)
+        self.clusterings = Clusterings()
         shares = self.fed.realized_shares()
         for k in range(self.fed.num_clients):
             for s in range(self.fed.num_distributions):
@@ -137,6 +149,8 @@ class RoundCoordinator(CoordinatorBase):
         if absorb is not None:
             self.state = absorb(self.state, local)
         self.center_scores = scores
+        self._score_served(payload)
+        self._score_clusterings(scores)
         names = list(metrics[min(metrics)]) if metrics else []
         self.local_means = {n: float(np.mean([metrics[k][n] for k in sorted(metrics)])) for n in names}
         head = {}
@@ -146,6 +160,28 @@ class RoundCoordinator(CoordinatorBase):
         if self.metric in self.local_means:
             head[f"local {self.metric}"] = self.local_means[self.metric]
         return head
+
+    def _score_served(self, payload: dict[str, Any]) -> None:
+        """Every client's personalised model (what the algorithm serves it) on its own test
+        split: rows of ``client_metrics.parquet`` (held_out false), the history of the headline
+        metric's distribution for the summary (:class:`~raysoft.runtime.recording.Served`)."""
+        if not has_served(self.algorithm, self.state):
+            self.served.skipped = "the algorithm has no serve and no model the engine can tell each client is served"
+            return
+        sent = {**payload, **(default_served(self.algorithm, self.state) or {})}
+        clients = list(range(self.fed.num_clients))
+        self._count("served", int(self.fed.sizes.sum()))  # a test split is the size of the training set, or given
+        results = self._exec(self.executor.call, SERVED_OP, clients, sent, self.round, sent=sent)
+        self.served.record(self, {k: results[k] for k in sorted(results) if results[k] is not None}, held_out=False)
+
+    def _score_clusterings(self, scores: np.ndarray) -> None:
+        """The algorithm's clusterings against the clients' true clusters (the argmax of their
+        realised shares, as in ``clients.parquet``): ``clustering.parquet`` rows."""
+        truth = self.fed.realized_shares()
+        assign = getattr(self.algorithm, "assignment", None)
+        hard = None if assign is None else np.asarray(assign(self.state))
+        weights = None if hard is not None else self._weights()
+        self.clusterings.record(self, truth, hard, weights, scores, LOWER_IS_BETTER[self.metric])
 
     # ------------------------------------------------------------------ client calls
     def _report_bad(self, op: str, bad: list[int], t: int) -> None:
@@ -293,6 +329,7 @@ class RoundCoordinator(CoordinatorBase):
         )
         if self.clock is not None:
             out["virtual_time_s"] = self.clock.now
+        out.update(self.served.summary(self.cfg.output.target))
         return out
 
     def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
