@@ -137,3 +137,27 @@ def test_every_client_is_scored_at_every_evaluation(case, tmp_path):
     assert summary["personalised"]["mse"] == pytest.approx(client_summary(final, "mse"))
     assert summary["personalised"]["clients"] == 10
     assert summary["time_to_target"]["mean"] == {"step": 0, "virtual_time": None}
+
+
+@pytest.mark.slow  # about 16 s on a shared machine
+def test_a_stream_scores_its_clusterings_and_every_clients_last_reply(tmp_path):
+    from support.configs import stream_config
+    from support.images import write_fmnist
+
+    write_fmnist(tmp_path / "fm")
+    run = raysoft.run(stream_config(tmp_path / "fm"), out=tmp_path / "out")
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    rows = _table(run, "client_metrics")
+    final = rows[(rows.step == 24) & (rows.metric == "accuracy")]
+    assert len(final) == 6 and final.value.mean() == pytest.approx(summary["cli_aft"])  # every client's last reply
+    assert summary["personalised"]["accuracy"]["mean"] == pytest.approx(summary["cli_aft"])
+    # the last evaluation's clustering: each client's last estimate against its mixture at its last upload
+    w, c = _table(run, "weights"), _table(run, "clients")
+    last_w = w[w.step == w.groupby("client").step.transform("max")]
+    last_c = c[c.step == c.groupby("client").step.transform("max")]
+    predicted = last_w.pivot(index="client", columns="center", values="estimate").to_numpy().argmax(axis=1)
+    truth = last_c.pivot(index="client", columns="distribution", values="share").to_numpy().argmax(axis=1)
+    got = _table(run, "clustering")
+    got = got[got.step == 24].set_index("metric").value
+    assert got["ari"] == pytest.approx(adjusted_rand_score(truth, predicted), abs=1e-12)
+    assert got["nmi"] == pytest.approx(normalized_mutual_info_score(truth, predicted), abs=1e-12)

@@ -274,7 +274,9 @@ class RoundCoordinator(CoordinatorBase):
             self.clock.end_round()
         info: dict[str, Any] = {"round": self.round, "headline": None, "trained": outcome.trained}
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
+            tick = time.perf_counter()
             info["headline"] = self.evaluate()
+            info["evaluate_s"] = time.perf_counter() - tick  # the whole evaluation (raysoft bench times W5's)
         self.maybe_checkpoint()
         # the coordinator's own seconds this round (not waiting on the clients) and the bytes of
         # the payloads it sent and the results it received

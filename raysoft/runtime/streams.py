@@ -37,7 +37,7 @@ from ..errors import plugin_call
 from ..evaluation import summarize, weight_error
 from ..models import build_model
 from ..rng import numpy_rng
-from .recording import CoordinatorBase
+from .recording import Clusterings, CoordinatorBase, Served
 
 
 class StreamCoordinator(CoordinatorBase):
@@ -47,7 +47,8 @@ class StreamCoordinator(CoordinatorBase):
     # draw is derived from (seed, purpose, ids))
     CHECKPOINTED = ("state", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
                     "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "center_scores", "means", "totals",
-                    "final_before", "final_after", "cluster_history", "finished")
+                    "final_before", "final_after", "cluster_history", "finished", "served", "clusterings",
+                    "latest_served", "vtime_now")
 
     def __init__(self, cfg: Config, executor: Any, algorithm: StreamAlgorithm, run_id: str,
                  run_dir: str | None = None) -> None:
@@ -86,6 +87,10 @@ class StreamCoordinator(CoordinatorBase):
         self.final_after: dict[int, float] = {}
         self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
         self.finished = False
+        self.served = Served("accuracy")
+        self.clusterings = Clusterings()
+        self.latest_served: dict[int, dict[str, float]] = {}  # each client's latest served-model metrics
+        self.vtime_now: float | None = None  # the virtual time of the last upload applied
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "server_on_actor_s", "silent_ticks")}
@@ -113,6 +118,15 @@ class StreamCoordinator(CoordinatorBase):
             head = {f"acc[{s}]": float(scores[s, s]) for s in range(scores.shape[0])}
         if self.means["accuracy_before"]:
             head["cli bfr"] = float(np.mean(self.means["accuracy_before"][-50:]))
+        if self.state.t >= self.a.rounds:  # every client's last reply is scored before the last evaluation's rows
+            self._finish()
+        self.served.record(self, dict(self.latest_served), vtime=self.vtime_now)
+        ids = sorted(self.last_u)
+        if ids:  # cluster k starts from distribution k's model: no matching to guess
+            k = self.drift.num_clusters
+            self.clusterings.record(self, np.stack([self.last_shares[m] for m in ids]), None,
+                                    np.stack([self.last_u[m] for m in ids]), None, False, clients=ids,
+                                    matching=tuple(range(k)))
         return head
 
     def _apply(self, m: int, up: dict[str, Any]) -> None:
@@ -132,6 +146,9 @@ class StreamCoordinator(CoordinatorBase):
             self.row("client", m, -1, f"{name}_before", value, vtime=vt)
         self.means["accuracy_before"].append(up["before"]["accuracy"])
         self.final_before[m] = up["before"]["accuracy"]
+        self.vtime_now = vt
+        if not self.algorithm.has_server:  # no reply: the client is served its own model
+            self.latest_served[m] = dict(up["before"])
         if up["after"] is not None:  # the previous reply, scored on the data it was sent for
             self._record_after(m, up["after"])
         for name, value in up["cost"].items():
@@ -173,6 +190,7 @@ class StreamCoordinator(CoordinatorBase):
             self.row("client", m, -1, f"{name}_after", value, step=self.last_step[m], vtime=self.last_vtime[m])
         self.means["accuracy_after"].append(after["accuracy"])
         self.final_after[m] = after["accuracy"]
+        self.latest_served[m] = dict(after)
 
     def _finish(self) -> None:
         """Score every client's last reply (Cli Aft of its final upload): computed uploads that
@@ -298,4 +316,5 @@ class StreamCoordinator(CoordinatorBase):
         out.update(run_id=self.recorder.run_id, kind="stream", algorithm=self.a.name, dataset=self.cfg.data.name,
                    rounds=int(self.state.t), uploads=int(self.state.t), stale_uploads=int(self.stale),
                    wall_time_s=self.elapsed(), events=self.event_counts())
+        out.update(self.served.summary(self.cfg.output.target))
         return self.recorder.tables(), out
