@@ -17,7 +17,7 @@ from torch import nn
 
 from .metrics import LOWER_IS_BETTER, lower_is_better
 from .params import set_flat
-from .training import evaluate
+from .training import evaluate, outputs, per_sample_loss
 
 
 def evaluate_centers(
@@ -87,6 +87,32 @@ def score_client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str) 
     :func:`~raysoft.training.evaluate`. What ``client_metrics.parquet`` records for every
     client, training or held out, at every evaluation."""
     return evaluate(model, x, y, task)
+
+
+@torch.no_grad()
+def score_clients(model: nn.Module, splits: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                  task: str) -> list[dict[str, float]]:
+    """:func:`score_client` of one model on several clients' test splits at once: one forward
+    pass over their concatenation (in chunks, as :func:`~raysoft.training.outputs` does), the
+    per-sample losses and hits then averaged per client. A sample's output does not depend on
+    the others in its batch (no batch statistics in evaluation mode), so each client's figures
+    are its own alone; many small clients cost a few large forward passes instead of one each."""
+    if not splits:
+        return []
+    model.eval()
+    x = torch.cat([s[0] for s in splits])
+    y = torch.cat([s[1] for s in splits])
+    out = outputs(model, x)
+    losses = per_sample_loss(out, y, task)
+    hits = None if task == "regression" else (out.argmax(-1) == y).float()
+    result, start = [], 0
+    for sx, _ in splits:
+        end = start + len(sx)
+        loss = float(losses[start:end].clone().mean())
+        result.append({"mse": loss} if hits is None else
+                      {"loss": loss, "accuracy": float(hits[start:end].clone().mean())})
+        start = end
+    return result
 
 
 def worse_percentile(values: np.ndarray, metric: str) -> float:

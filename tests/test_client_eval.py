@@ -161,3 +161,19 @@ def test_a_stream_scores_its_clusterings_and_every_clients_last_reply(tmp_path):
     got = got[got.step == 24].set_index("metric").value
     assert got["ari"] == pytest.approx(adjusted_rand_score(truth, predicted), abs=1e-12)
     assert got["nmi"] == pytest.approx(normalized_mutual_info_score(truth, predicted), abs=1e-12)
+
+
+def test_scoring_clients_together_gives_each_its_own_figures():
+    from raysoft.evaluation import score_clients
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    splits = [(torch.randn(n, 5), torch.randint(0, 3, (n,))) for n in (3, 200, 1, 17)]
+    together = score_clients(model, splits, "classification")
+    alone = [score_client(model, x, y, "classification") for x, y in splits]
+    for a, b in zip(together, alone):
+        assert a == pytest.approx(b, rel=1e-6)
+    reg = [(torch.randn(n, 3), torch.randn(n)) for n in (4, 9)]
+    lin = LinearRegression(3)
+    for a, (x, y) in zip(score_clients(lin, reg, "regression"), reg):
+        assert a == pytest.approx(score_client(lin, x, y, "regression"), rel=1e-6)

@@ -162,6 +162,56 @@ def served_op(algorithm: object) -> ClientOp:
     return op
 
 
+SERVED_BATCH = 4096  # samples of clients served the same model that are scored in one go
+
+
+def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any] | None, dict[str, Any], int],
+                                                  list[dict[str, float] | None]]:
+    """The engine's :data:`SERVED_OP` over several clients of one host: with ``serve``, client by
+    client (:func:`served_op`; ``states`` are their client states); without, the clients served
+    the same model of :func:`default_served` are scored together
+    (:func:`~raysoft.evaluation.score_clients`, up to :data:`SERVED_BATCH` samples at once), their
+    states not read (``states`` may be None). Returns each client's metrics, None for a client
+    without a test split."""
+    from ..evaluation import score_clients
+    from ..params import set_flat
+
+    if getattr(algorithm, "serve", None) is not None:
+        one = served_op(algorithm)
+
+        def each(ctxs: list[ClientContext], states: list[Any] | None, payload: dict[str, Any],
+                 t: int) -> list[dict[str, float] | None]:
+            assert states is not None
+            return [one(c, s, payload, t)[1] for c, s in zip(ctxs, states)]
+
+        return each
+
+    def grouped(ctxs: list[ClientContext], states: list[Any] | None, payload: dict[str, Any],
+                t: int) -> list[dict[str, float] | None]:
+        index, models = payload[SERVED_INDEX], payload[SERVED_MODELS]
+        groups: dict[int, list[int]] = {}
+        for i, c in enumerate(ctxs):
+            if c.data.test_split() is not None:
+                groups.setdefault(int(index[c.client]) if len(index) else 0, []).append(i)
+        out: list[dict[str, float] | None] = [None] * len(ctxs)
+        for row in sorted(groups):
+            scratch = ctxs[0].scratch
+            set_flat(scratch, models[row])
+            batch: list[int] = []
+            for i in groups[row] + [-1]:  # -1: the end, which scores what is left
+                if batch and (i < 0 or sum(len(ctxs[j].data) for j in batch) >= SERVED_BATCH):
+                    splits = [ctxs[j].data.test_split() for j in batch]
+                    for j, m in zip(batch, score_clients(scratch, [s for s in splits if s is not None],
+                                                         ctxs[0].info.task)):
+                        out[j] = m
+                    batch = []
+                if i >= 0:
+                    batch.append(i)
+        return out
+
+    return grouped
+
+
 def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:
     """The sum of ``sums`` as a balanced tree of additions, in order: level by level,
     ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep."""

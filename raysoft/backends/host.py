@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientContext, Plan, make_algorithm
-from ..algorithms.base import SERVED_OP, leaves_state, served_op, split_result
+from ..algorithms.base import SERVED_OP, leaves_state, served_batched, split_result
 from ..config import Config
 from ..data import ClientData, Federation
 from ..devices import deterministic, indexed, move_in_place, moved, to_device
@@ -217,7 +217,9 @@ class ClientHost:
     def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
               home: torch.device) -> dict[int, Any]:
         """:meth:`call`, its results moved to ``home``."""
-        fn = served_op(self.algorithm) if op == SERVED_OP else self.algorithm.client_ops[op]
+        if op == SERVED_OP:
+            return self._served(client_ids, payload, t, home)
+        fn = self.algorithm.client_ops[op]
         payload = to_device(payload, self.device)
         ids = sorted(int(c) for c in client_ids)
         batched = self._batched(op, ids, t)
@@ -247,6 +249,17 @@ class ClientHost:
                 continue  # missed ray.round_deadline_s: its update is left out (the executor reports it)
             out[k] = to_device(result, home)
         return out
+
+    def _served(self, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+                home: torch.device) -> dict[int, Any]:
+        """The engine's op :data:`SERVED_OP` for these clients (:func:`served_batched`): their
+        served models on their test splits; their states are read only for an algorithm's ``serve``."""
+        ids = sorted(int(c) for c in client_ids)
+        payload = to_device(payload, self.device)
+        states = [self.states[k] for k in ids] if getattr(self.algorithm, "serve", None) is not None else None
+        results = plugin_call(served_batched(self.algorithm), ([self.contexts[k] for k in ids], states, payload, t),
+                              f"{self._who()} raised serving its clients' models, round {t}")
+        return {k: to_device(r, home) for k, r in zip(ids, results)}
 
     def _budget(self, op: str) -> float | None:
         """``ray.round_deadline_s`` for the ops that train (change client states), else None: a
