@@ -177,3 +177,25 @@ def test_scoring_clients_together_gives_each_its_own_figures():
     lin = LinearRegression(3)
     for a, (x, y) in zip(score_clients(lin, reg, "regression"), reg):
         assert a == pytest.approx(score_client(lin, x, y, "regression"), rel=1e-6)
+
+
+@pytest.mark.slow  # about 7 s on a shared machine
+def test_the_cfl_example_is_scored_as_it_splits_into_the_true_clusters(tmp_path, monkeypatch):
+    """A plug-in with ``centers`` and ``assignment`` and no ``serve``: its clustering is scored at
+    every evaluation (CFL's job finds the 4 true clusters by round 15) and each client is served
+    its cluster's model."""
+    import yaml
+    from support.paths import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "cfl"))
+    cfg = yaml.safe_load((ROOT / "examples" / "cfl" / "job.yaml").read_text())
+    cfg["algorithm"]["rounds"] = 15
+    cfg["ray"] = {"backend": "inprocess"}
+    cfg["output"] = {"progress": "none"}
+    run = raysoft.run(cfg, out=tmp_path)
+    rows = _table(run, "clustering").pivot_table(index="step", columns="metric", values="value")
+    assert list(rows.index) == [0, 5, 10, 15]
+    assert rows.loc[0, "ari"] == 0.0 and rows.loc[15, "ari"] == 1.0 and rows.loc[15, "nmi"] == pytest.approx(1.0)
+    assert rows.loc[15, "changed"] > 0  # the last split moved clients
+    served = _table(run, "client_metrics")
+    assert served[served.step == 15].client.nunique() == 20
