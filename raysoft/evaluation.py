@@ -89,16 +89,31 @@ def score_client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str) 
     return evaluate(model, x, y, task)
 
 
-@torch.no_grad()
+SCORE_BATCH = 4096  # samples of several clients concatenated at most, when scored together
+
+
 def score_clients(model: nn.Module, splits: Sequence[tuple[torch.Tensor, torch.Tensor]],
                   task: str) -> list[dict[str, float]]:
-    """:func:`score_client` of one model on several clients' test splits at once: one forward
-    pass over their concatenation (in chunks, as :func:`~raysoft.training.outputs` does), the
-    per-sample losses and hits then averaged per client. A sample's output does not depend on
-    the others in its batch (no batch statistics in evaluation mode), so each client's figures
-    are its own alone; many small clients cost a few large forward passes instead of one each."""
-    if not splits:
-        return []
+    """:func:`score_client` of one model on several clients' splits at once: forward passes over
+    their concatenation (runs of clients of about :data:`SCORE_BATCH` samples, each in chunks,
+    as :func:`~raysoft.training.outputs` does), the per-sample losses and hits then averaged per
+    client. A sample's output does not depend on the others in its batch (no batch statistics
+    in evaluation mode), so each client's figures are its own alone; many small clients cost a
+    few large forward passes instead of one each."""
+    out: list[dict[str, float]] = []
+    run: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for split in [*splits, None]:
+        if run and (split is None or sum(len(s[1]) for s in run) >= SCORE_BATCH):
+            out += _score_run(model, run, task)
+            run = []
+        if split is not None:
+            run.append(split)
+    return out
+
+
+@torch.no_grad()
+def _score_run(model: nn.Module, splits: list[tuple[torch.Tensor, torch.Tensor]], task: str) -> list[dict[str, float]]:
+    """:func:`score_clients` of one run of clients: one concatenation."""
     model.eval()
     x = torch.cat([s[0] for s in splits])
     y = torch.cat([s[1] for s in splits])

@@ -162,15 +162,12 @@ def served_op(algorithm: object) -> ClientOp:
     return op
 
 
-SERVED_BATCH = 4096  # samples of clients served the same model that are scored in one go
-
-
 def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any] | None, dict[str, Any], int],
                                                   list[dict[str, float] | None]]:
     """The engine's :data:`SERVED_OP` over several clients of one host: with ``serve``, client by
     client (:func:`served_op`; ``states`` are their client states); without, the clients served
     the same model of :func:`default_served` are scored together
-    (:func:`~raysoft.evaluation.score_clients`, up to :data:`SERVED_BATCH` samples at once), their
+    (:func:`~raysoft.evaluation.score_clients`), their
     states not read (``states`` may be None). Returns each client's metrics, None for a client
     without a test split."""
     from ..evaluation import score_clients
@@ -197,16 +194,10 @@ def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any
         for row in sorted(groups):
             scratch = ctxs[0].scratch
             set_flat(scratch, models[row])
-            batch: list[int] = []
-            for i in groups[row] + [-1]:  # -1: the end, which scores what is left
-                if batch and (i < 0 or sum(len(ctxs[j].data) for j in batch) >= SERVED_BATCH):
-                    splits = [ctxs[j].data.test_split() for j in batch]
-                    for j, m in zip(batch, score_clients(scratch, [s for s in splits if s is not None],
-                                                         ctxs[0].info.task)):
-                        out[j] = m
-                    batch = []
-                if i >= 0:
-                    batch.append(i)
+            splits = [ctxs[i].data.test_split() for i in groups[row]]
+            for i, m in zip(groups[row], score_clients(scratch, [s for s in splits if s is not None],
+                                                       ctxs[0].info.task)):
+                out[i] = m
         return out
 
     return grouped

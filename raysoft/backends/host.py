@@ -206,6 +206,8 @@ class ClientHost:
         fn = getattr(self.algorithm, "batched_ops", {}).get(op)
         if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids) or self._budget(op) is not None:
             return None
+        if leaves_state(self.algorithm, op):  # scoring, not training (FedAvg's evaluate): always together
+            return fn
         from ..batched import can_batch, use_batched
 
         why = can_batch(self.scratch)
