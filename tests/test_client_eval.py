@@ -199,3 +199,16 @@ def test_the_cfl_example_is_scored_as_it_splits_into_the_true_clusters(tmp_path,
     assert rows.loc[15, "changed"] > 0  # the last split moved clients
     served = _table(run, "client_metrics")
     assert served[served.step == 15].client.nunique() == 20
+
+
+@pytest.mark.slow  # starts Ray
+def test_clients_scored_together_give_the_same_numbers_whatever_the_packing(tmp_path):
+    """FedAvg's batched evaluate and the served models scored a host's clients at a time: the
+    same rows on Ray with 4 client actors of 3 clients as in one process."""
+    packed = raysoft.run(small_config(**SYNC["fedavg"], ray={"backend": "ray", "num_cpus": 2, "clients_per_actor": 3,
+                                                            "num_cpus_per_actor": 0.5}), out=tmp_path / "ray")
+    alone = raysoft.run(small_config(**SYNC["fedavg"]), out=tmp_path / "inprocess")
+    for name in ("client_metrics", "metrics"):
+        a, b = (_table(r, name).drop(columns=["run_id"] + (["time_s"] if name == "metrics" else []))
+                for r in (packed, alone))
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
