@@ -13,6 +13,13 @@ chosen center; FedEM: the learner with the largest pi, as FedSoft's paper evalua
 baselines, with FedEM's pi-mixture prediction in its own column; FedAvg: the global model;
 Local: its own model). Streams (CCFL, FedSoft-Async, Local as a stream) also get the CCFL
 paper's Table 1: Cli Bfr, Cli Aft, Cluster, the mean KL and the bytes per client.
+
+Every comparison also says how each algorithm serves its clients (:func:`clients_table`,
+``comparison_clients.parquet`` and the "Clients served" table of comparison.md): the last
+evaluation's personalised metric over the clients (``client_metrics.parquet``: mean, p10,
+median, p90, the worst tenth's mean), each algorithm's per-client gain over Local and over
+FedAvg when they are in the comparison (the same seed and data, so the same clients), the share
+of clients it serves worse than Local, and its time to ``output.target`` when one is set.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import yaml
 from .api import _prepare_out, check_resources, is_uri, resume, run
 from .config import Config, ConfigError, parse_config
 from .interrupts import Interrupted, stop_on_signals
+from .metrics import lower_is_better
 from .plugins import is_stream_algorithm, registered, settings_class, short_name
 from .report.analysis import local_means, regime, regime_text
 from .report.load import RunData, load_run
@@ -118,6 +126,83 @@ def _row(name: str, run: RunData) -> list[dict[str, Any]]:
         {**common, "distribution": d["distribution"], "best_center": d["best_center"], "best_center_metric": d[metric]}
         for d in dists
     ]
+
+
+def _final_client_metric(run: RunData) -> pd.Series | None:
+    """The run's headline metric per training client at its last evaluation (client -> value)."""
+    path = run.path / "client_metrics.parquet"
+    if not path.is_file():
+        return None
+    df = pd.read_parquet(path)
+    df = df[~df.held_out & (df.metric == run.metric)]
+    if df.empty:
+        return None
+    return df[df.step == df.step.max()].set_index("client").value.sort_index()
+
+
+def gain(values: pd.Series, base: pd.Series, metric: str) -> pd.Series:
+    """Per client, how much better ``values`` serve it than ``base`` (of the clients in both):
+    the difference in accuracy, or the decrease of a lower-is-better metric (mse, loss)."""
+    values, base = values.align(base, join="inner")
+    return base - values if lower_is_better(metric) else values - base
+
+
+def clients_table(names: list[str], runs: list[RunData]) -> pd.DataFrame:
+    """One row per algorithm: its personalised headline metric over the clients at the last
+    evaluation (mean, p10, median, p90, worst10_mean: the summary's ``personalised``), its mean
+    per-client gain over Local and over FedAvg (where they are compared), the share of clients
+    it serves worse than Local, and its time to target (``output.target``: the first step, and
+    virtual second, at which the clients' mean and their worse tenth reached it)."""
+    finals = {name: _final_client_metric(run) for name, run in zip(names, runs)}
+    local = finals.get("local")
+    fedavg = finals.get("fedavg")
+    rows = []
+    for name, one in zip(names, runs):
+        s = one.summary.get("personalised") or {}
+        row: dict[str, Any] = {"algorithm": name, "metric": one.metric, "clients": s.get("clients")}
+        row.update({k: (s.get(one.metric) or {}).get(k) for k in ("mean", "p10", "median", "p90", "worst10_mean")})
+        mine = finals[name]
+        for base_name, base in (("local", local), ("fedavg", fedavg)):
+            g = gain(mine, base, one.metric) if mine is not None and base is not None and base_name != name else None
+            row[f"gain_over_{base_name}"] = None if g is None or g.empty else float(g.mean())
+            if base_name == "local":
+                row["worse_than_local"] = None if g is None or g.empty else float((g < 0).mean())
+        ttt = one.summary.get("time_to_target") or {}
+        for key in ("mean", "p10"):
+            hit = ttt.get(key)
+            row[f"target_{key}_step"] = None if hit is None else hit["step"]
+            row[f"target_{key}_virtual_s"] = None if hit is None else hit["virtual_time"]
+        row["target"] = ttt.get("target")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _cell(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def clients_markdown(table: pd.DataFrame) -> str:
+    """The "Clients served" section of comparison.md (from :func:`clients_table`)."""
+    lines = ["## Clients served", "",
+             "Each client's personalised model (what the algorithm serves it) on its own test split at the last "
+             "evaluation: the mean over the clients, the 10th and 90th percentiles, the median and the mean of the "
+             "worst tenth; gain: the mean over clients of how much better each is served than by Local or FedAvg "
+             "(the same clients; for mse and loss, the decrease); worse than Local: the share of clients served "
+             "worse; to target: the first round (upload) at which the mean, and the worse tenth, reached "
+             "output.target.", "",
+             "| algorithm | metric | mean | p10 | median | p90 | worst 10 % | gain over Local | gain over FedAvg "
+             "| worse than Local | to target (mean / p10) |", "|---" * 11 + "|"]
+    for r in table.to_dict("records"):
+        target = "–" if r["target"] is None or r["target"] != r["target"] else (
+            f"{_cell(r['target_mean_step'])} / {_cell(r['target_p10_step'])}")
+        worse = r["worse_than_local"]
+        lines.append(f"| {r['algorithm']} | {r['metric']} | {_cell(r['mean'])} | {_cell(r['p10'])} | "
+                     f"{_cell(r['median'])} | {_cell(r['p90'])} | {_cell(r['worst10_mean'])} | "
+                     f"{_cell(r['gain_over_local'])} | {_cell(r['gain_over_fedavg'])} | "
+                     f"{'–' if worse is None or worse != worse else f'{100 * worse:.0f} %'} | {target} |")
+    return "\n".join(lines) + "\n"
 
 
 MANIFEST = "compare.yaml"  # what a comparison runs: its algorithms and its config (for --resume)
@@ -240,8 +325,11 @@ def _run_all(d: Path, configs: dict[str, Config], labels: dict[str, str], progre
             pd.DataFrame(rows).to_parquet(d / "comparison.parquet", index=False)
             from .report.driver import comparison_figures  # matplotlib, only once there is something to draw
 
+            served = clients_table(list(configs), runs)
+            served.to_parquet(d / "comparison_clients.parquet", index=False)
             figures = comparison_figures(runs, d)  # each only where some run has what it shows
-            _write_atomic(d / "comparison.md", comparison_markdown(runs, d, figures))  # last: the comparison is done
+            text = comparison_markdown(runs, d, figures) + "\n" + clients_markdown(served)
+            _write_atomic(d / "comparison.md", text)  # last: the comparison is complete
         except BaseException as err:
             done, resumable = _kept(d, labels)
             if fresh and not done and not resumable:  # nothing to keep: the run said what it removed

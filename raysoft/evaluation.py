@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .metrics import LOWER_IS_BETTER
+from .metrics import LOWER_IS_BETTER, lower_is_better
 from .params import set_flat
-from .training import evaluate
+from .training import evaluate, outputs, per_sample_loss
 
 
 def evaluate_centers(
@@ -77,4 +77,105 @@ def summarize(
         out["matching"] = {str(d): int(m) for d, m in enumerate(matching)}
         if weights is not None:
             out["weight_mae"] = weight_error(weights, truth, matching)
+    return out
+
+
+# ----------------------------------------------------------------------------- per client
+def score_client(model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str) -> dict[str, float]:
+    """The metrics of the model served to one client on that client's test split ``(x, y)``:
+    ``mse`` (regression) or ``loss`` and ``accuracy`` (classification), as
+    :func:`~raysoft.training.evaluate`. What ``client_metrics.parquet`` records for every
+    client, training or held out, at every evaluation."""
+    return evaluate(model, x, y, task)
+
+
+SCORE_BATCH = 4096  # samples of several clients concatenated at most, when scored together
+
+
+def score_clients(model: nn.Module, splits: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                  task: str) -> list[dict[str, float]]:
+    """:func:`score_client` of one model on several clients' splits at once: forward passes over
+    their concatenation (runs of clients of about :data:`SCORE_BATCH` samples, each in chunks,
+    as :func:`~raysoft.training.outputs` does), the per-sample losses and hits then averaged per
+    client. A sample's output does not depend on the others in its batch (no batch statistics
+    in evaluation mode), so each client's figures are its own alone; many small clients cost a
+    few large forward passes instead of one each."""
+    out: list[dict[str, float]] = []
+    run: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for split in [*splits, None]:
+        if run and (split is None or sum(len(s[1]) for s in run) >= SCORE_BATCH):
+            out += _score_run(model, run, task)
+            run = []
+        if split is not None:
+            run.append(split)
+    return out
+
+
+@torch.no_grad()
+def _score_run(model: nn.Module, splits: list[tuple[torch.Tensor, torch.Tensor]], task: str) -> list[dict[str, float]]:
+    """:func:`score_clients` of one run of clients: one concatenation."""
+    model.eval()
+    x = torch.cat([s[0] for s in splits])
+    y = torch.cat([s[1] for s in splits])
+    out = outputs(model, x)
+    losses = per_sample_loss(out, y, task)
+    hits = None if task == "regression" else (out.argmax(-1) == y).float()
+    result, start = [], 0
+    for sx, _ in splits:
+        end = start + len(sx)
+        loss = float(losses[start:end].clone().mean())
+        result.append({"mse": loss} if hits is None else
+                      {"loss": loss, "accuracy": float(hits[start:end].clone().mean())})
+        start = end
+    return result
+
+
+def worse_percentile(values: np.ndarray, metric: str) -> float:
+    """The value that a tenth of the clients are served worse than: the 10th percentile of a
+    metric where higher is better (accuracy), the 90th where lower is (mse, loss)."""
+    return float(np.percentile(values, 90 if lower_is_better(metric) else 10))
+
+
+def client_summary(values: np.ndarray, metric: str) -> dict[str, float]:
+    """The distribution of one per-client metric: ``mean``, ``p10``, ``median``, ``p90`` (plain
+    percentiles) and ``worst10_mean``, the mean of the worst tenth of the clients (at least one:
+    the lowest accuracies, the highest losses)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    if lower_is_better(metric):
+        v = v[::-1]
+    worst = v[: max(1, int(np.ceil(0.1 * len(v))))]
+    return {"mean": float(v.mean()), "p10": float(np.percentile(v, 10)), "median": float(np.median(v)),
+            "p90": float(np.percentile(v, 90)), "worst10_mean": float(worst.mean())}
+
+
+def reached(value: float, target: float, metric: str) -> bool:
+    """Whether ``value`` of ``metric`` reaches ``target`` (at most it where lower is better)."""
+    return value <= target if lower_is_better(metric) else value >= target
+
+
+def time_to_target(history: Sequence[dict[str, Any]], target: float, metric: str) -> dict[str, Any]:
+    """When the personalised metric first reached ``target``. ``history``: one entry per
+    evaluation, in order, with ``step`` (the round, or a stream's upload), ``virtual_time``
+    (None without a clock), ``mean`` and ``worse`` (:func:`worse_percentile`). Returns, for
+    ``mean`` and ``p10`` (the worse tenth), ``{"step", "virtual_time"}`` of the first evaluation
+    that reached it, or None where none did."""
+    out: dict[str, Any] = {"target": float(target), "metric": metric}
+    for key, field in (("mean", "mean"), ("p10", "worse")):
+        first = next((h for h in history if reached(h[field], target, metric)), None)
+        out[key] = None if first is None else {"step": int(first["step"]), "virtual_time": first["virtual_time"]}
+    return out
+
+
+# ----------------------------------------------------------------------------- clusterings
+def clustering_rows(truth: np.ndarray, predicted: np.ndarray, previous: np.ndarray | None) -> dict[str, float]:
+    """A hard clustering of the clients against their true clusters: ``ari`` and ``nmi``
+    (scikit-learn's ``adjusted_rand_score`` and ``normalized_mutual_info_score``) and, when the
+    previous evaluation's clustering is given, ``changed``: the clients whose cluster changed.
+    Cluster labels are arbitrary: "changed" compares labels as the algorithm numbers them."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    out = {"ari": float(adjusted_rand_score(truth, predicted)),
+           "nmi": float(normalized_mutual_info_score(truth, predicted))}
+    if previous is not None and len(previous) == len(predicted):
+        out["changed"] = float(np.count_nonzero(np.asarray(previous) != np.asarray(predicted)))
     return out

@@ -83,8 +83,9 @@ def test_bad_regimes_are_one_line_errors(regimes, message):
 def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     path = compare(small_config(), ["fedsoft", "ifca", "fedem", "fedavg", "local"], out=tmp_path)
     assert sorted(p.name for p in path.iterdir()) == [
-        "compare.yaml", "comparison.md", "comparison.parquet", "comparison_center_metric.png", "fedavg", "fedem",
-        "fedsoft", "ifca", "local"]  # the figures: only what some run has (no clustering, client or comm tables here)
+        "compare.yaml", "comparison.md", "comparison.parquet", "comparison_center_metric.png",
+        "comparison_client_cdf.png", "comparison_clients.parquet", "comparison_clustering.png",
+        "comparison_metric_vs_bytes.png", "fedavg", "fedem", "fedsoft", "ifca", "local"]  # figures: what runs have
     t = pd.read_parquet(path / "comparison.parquet")
     assert set(t.algorithm) == {"fedsoft", "ifca", "fedem", "fedavg", "local"}
     assert len(t[t.algorithm == "fedsoft"]) == 2  # one row per distribution
@@ -95,9 +96,25 @@ def test_compare_writes_one_run_per_algorithm_and_the_table(tmp_path):
     md = (path / "comparison.md").read_text()
     assert "| fedsoft |" in md and "c*[0]" in md and "w̄" in md
     # the one comparison writer, raysoft report's (no report.md in the runs yet: no links)
-    figures = {"center_metric": path / "comparison_center_metric.png"}
-    assert md == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path, figures)
+    table, served = md.split("\n## Clients served\n")
+    figures = {name: path / f"comparison_{name}.png" for name in ("center_metric", "client_cdf", "clustering",
+                                                                  "metric_vs_bytes")}
+    assert table == comparison_markdown([load_run(path / a) for a in t.run_dir.unique()], path, figures)
     assert "](comparison_center_metric.png)" in md
+    # how each algorithm serves its clients: the gains over Local and FedAvg, by hand from client_metrics.parquet
+    c = pd.read_parquet(path / "comparison_clients.parquet").set_index("algorithm")
+    final = {}
+    for a in ("fedsoft", "fedavg", "local"):
+        m = pd.read_parquet(path / a / "client_metrics.parquet")
+        final[a] = m[(m.metric == "mse") & (m.step == 4)].set_index("client").value.sort_index()
+    assert len(final["local"]) == 10
+    over_local = final["local"] - final["fedsoft"]  # mse: the decrease is the gain
+    assert c.loc["fedsoft", "gain_over_local"] == pytest.approx(over_local.mean())
+    assert c.loc["fedsoft", "gain_over_fedavg"] == pytest.approx((final["fedavg"] - final["fedsoft"]).mean())
+    assert c.loc["fedsoft", "worse_than_local"] == pytest.approx((over_local < 0).mean())
+    assert c.loc["fedsoft", "mean"] == pytest.approx(final["fedsoft"].mean())
+    assert pd.isna(c.loc["local", "gain_over_local"]) and pd.isna(c.loc["fedavg", "gain_over_fedavg"])
+    assert f"| fedsoft | mse | {c.loc['fedsoft', 'mean']:.4g} |" in served
     fedem_row = next(line for line in md.splitlines() if line.startswith("| fedem |"))
     assert f"{fem.local_mean_mixture:.2f}" in fedem_row  # FedEM's pi-mixture in its own column
     soft = t[t.algorithm == "fedsoft"].iloc[0]  # the regime each ran with, in both outputs

@@ -96,9 +96,111 @@ class Plan:
 
 def leaves_state(algorithm: object, op: str) -> bool:
     """Whether client op ``op`` of ``algorithm`` leaves the client's state as it was (its
-    ``readonly_ops``, which read it, or its ``stateless_ops``, which do not), of any
-    algorithm, synchronous or stream, where it declares them."""
-    return op in getattr(algorithm, "stateless_ops", ()) or op in getattr(algorithm, "readonly_ops", ("evaluate",))
+    ``readonly_ops``, which read it, or its ``stateless_ops``, which do not; the engine's
+    :data:`SERVED_OP` too), of any algorithm, synchronous or stream, where it declares them."""
+    return (op == SERVED_OP or op in getattr(algorithm, "stateless_ops", ())
+            or op in getattr(algorithm, "readonly_ops", ("evaluate",)))
+
+
+# ----------------------------------------------------------------------------- the served model
+SERVED_OP = "raysoft_served"  # the engine's client op: each client's personalised model on its test split
+SERVED_MODELS, SERVED_INDEX = "raysoft_served_models", "raysoft_served_index"  # the default's payload
+
+
+def default_served(algorithm: object, state: Any) -> dict[str, Any] | None:
+    """What the engine adds to the evaluation payload for an algorithm without ``serve``: the
+    models ``centers(state)`` and each client's row of them, ``assignment(state)`` where the
+    algorithm has one (its cluster's model), else the one center when there is exactly one (a
+    global model). None: the engine cannot tell which model a client is served."""
+    centers = getattr(algorithm, "centers", None)
+    if centers is None:
+        return None
+    models = centers(state)
+    assign = getattr(algorithm, "assignment", None)
+    if assign is not None:
+        index = np.asarray(assign(state), dtype=np.int64)
+        if index.min(initial=0) < 0:  # a client never assigned (IFCA before its first evaluation)
+            return None
+    elif models.shape[0] == 1:
+        index = np.zeros(0, dtype=np.int64)  # everyone: row 0
+    else:
+        return None
+    return {SERVED_MODELS: models, SERVED_INDEX: index}
+
+
+def has_served(algorithm: object, state: Any) -> bool:
+    """Whether the engine can score each client's personalised model: the algorithm has
+    ``serve`` or :func:`default_served` finds its models."""
+    return getattr(algorithm, "serve", None) is not None or default_served(algorithm, state) is not None
+
+
+def served_op(algorithm: object) -> ClientOp:
+    """The engine's client op :data:`SERVED_OP`: the model ``algorithm`` serves this client
+    (its ``serve(ctx, client_state, payload, t)``, else :func:`default_served`'s row), scored
+    by :func:`~raysoft.evaluation.score_client` on the client's test split
+    (:meth:`~raysoft.data.ClientData.test_split`); None where the client has none. The client
+    state is left as it was."""
+    from ..evaluation import score_client
+    from ..params import set_flat
+
+    serve = getattr(algorithm, "serve", None)
+
+    def op(ctx: ClientContext, cs: Any, payload: dict[str, Any], t: int) -> tuple[Any, dict[str, float] | None]:
+        split = ctx.data.test_split()
+        if split is None:
+            return cs, None
+        if serve is not None:
+            model = serve(ctx, cs, payload, t)
+        else:
+            index = payload[SERVED_INDEX]
+            model = payload[SERVED_MODELS][int(index[ctx.client]) if len(index) else 0]
+        if isinstance(model, torch.Tensor):
+            set_flat(ctx.scratch, model)
+            model = ctx.scratch
+        return cs, score_client(model, split[0], split[1], ctx.info.task)
+
+    return op
+
+
+def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any] | None, dict[str, Any], int],
+                                                  list[dict[str, float] | None]]:
+    """The engine's :data:`SERVED_OP` over several clients of one host: with ``serve``, client by
+    client (:func:`served_op`; ``states`` are their client states); without, the clients served
+    the same model of :func:`default_served` are scored together
+    (:func:`~raysoft.evaluation.score_clients`), their
+    states not read (``states`` may be None). Returns each client's metrics, None for a client
+    without a test split."""
+    from ..evaluation import score_clients
+    from ..params import set_flat
+
+    if getattr(algorithm, "serve", None) is not None:
+        one = served_op(algorithm)
+
+        def each(ctxs: list[ClientContext], states: list[Any] | None, payload: dict[str, Any],
+                 t: int) -> list[dict[str, float] | None]:
+            assert states is not None
+            return [one(c, s, payload, t)[1] for c, s in zip(ctxs, states)]
+
+        return each
+
+    def grouped(ctxs: list[ClientContext], states: list[Any] | None, payload: dict[str, Any],
+                t: int) -> list[dict[str, float] | None]:
+        index, models = payload[SERVED_INDEX], payload[SERVED_MODELS]
+        groups: dict[int, list[int]] = {}
+        for i, c in enumerate(ctxs):
+            if c.data.test_split() is not None:
+                groups.setdefault(int(index[c.client]) if len(index) else 0, []).append(i)
+        out: list[dict[str, float] | None] = [None] * len(ctxs)
+        for row in sorted(groups):
+            scratch = ctxs[0].scratch
+            set_flat(scratch, models[row])
+            splits = [ctxs[i].data.test_split() for i in groups[row]]
+            for i, m in zip(groups[row], score_clients(scratch, [s for s in splits if s is not None],
+                                                       ctxs[0].info.task)):
+                out[i] = m
+        return out
+
+    return grouped
 
 
 def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..optim import SGD, Adam
-from ..params import get_flat
+from ..params import get_flat, set_flat
 from ..rng import numpy_rng
 from ..training import make_optimizer, proximal_train
 from .base import ClientCall, ClientContext, Configured, RoundGenerator, RoundResult, ServerContext, WeightedMean
@@ -54,13 +54,29 @@ def _fedavg_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int)
     return None, evaluate_vector(ctx, payload["model"])
 
 
+def _fedavg_evaluate_batched(ctxs: list[ClientContext], opts: list, payload: dict[str, Any], t: int):
+    """:func:`_fedavg_evaluate` of a host's clients at once: the global model passes forward over
+    their data together (:func:`~raysoft.evaluation.score_clients`); each client's metrics are
+    its own samples', as alone."""
+    from ..evaluation import score_clients
+
+    ctx = ctxs[0]
+    set_flat(ctx.scratch, payload["model"])
+    out = score_clients(ctx.scratch, [(c.data.x, c.data.y) for c in ctxs], ctx.info.task)
+    tested = [i for i, c in enumerate(ctxs) if c.data.test_x is not None and c.data.test_y is not None]
+    splits = [(ctxs[i].data.test_x, ctxs[i].data.test_y) for i in tested]
+    for i, m in zip(tested, score_clients(ctx.scratch, splits, ctx.info.task)):  # type: ignore[arg-type]
+        out[i].update({f"test_{k}": v for k, v in m.items()})
+    return opts, out
+
+
 class FedAvg(Configured[FedAvgConfig]):
     """FedAvg: one global model, the n_k-weighted average of the selected clients' models."""
 
     Settings = FedAvgConfig
     client_ops = {"train": _fedavg_train, "evaluate": _fedavg_evaluate, "unseen": _fedavg_unseen}
     stateless_ops = ("unseen",)
-    batched_ops = {"train": _fedavg_train_batched}
+    batched_ops = {"train": _fedavg_train_batched, "evaluate": _fedavg_evaluate_batched}
 
     def init_server(self, ctx: ServerContext) -> GlobalModel:
         return GlobalModel(get_flat(ctx.new_model("center", 0)))
@@ -148,3 +164,7 @@ class Local(Configured[LocalConfig]):
 
     def eval_payload(self, state: None) -> dict[str, Any]:
         return {}
+
+    def serve(self, ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+        """The model served to a client: its own."""
+        return cs.model

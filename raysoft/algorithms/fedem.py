@@ -114,6 +114,27 @@ def mixture_metrics(scratch: torch.nn.Module, learners: torch.Tensor, pi: torch.
             "accuracy": float((mix.argmax(-1) == y).float().mean())}
 
 
+class Mixture(torch.nn.Module):
+    """The model FedEM serves a client: its pi-mixture of the learners' predictions (as
+    :func:`mixture_metrics` scores it): the mixture for regression, the log of the mixed class
+    probabilities for classification (cross-entropy of it is the mixture's log-loss)."""
+
+    def __init__(self, scratch: torch.nn.Module, learners: torch.Tensor, pi: torch.Tensor, task: str) -> None:
+        super().__init__()
+        self.scratch, self.learners, self.pi, self.task = scratch, learners, pi, task
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mix = None
+        for w, vec in zip(self.pi.tolist(), self.learners):
+            set_flat(self.scratch, vec)
+            self.scratch.eval()
+            out = self.scratch(x)
+            out = out if self.task == "regression" else F.softmax(out, dim=-1)
+            mix = w * out if mix is None else mix + w * out
+        assert mix is not None
+        return mix if self.task == "regression" else torch.log(mix.clamp(0.0, 1.0).clamp_min(1e-12))
+
+
 @dataclass
 class FedEMClient:
     pi: torch.Tensor  # [M]
@@ -205,3 +226,7 @@ class FedEM(Configured[FedEMConfig]):
 
     def eval_payload(self, state: FedEMState) -> dict[str, Any]:
         return {"learners": state.learners}
+
+    def serve(self, ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+        """The model served to a client: its pi-mixture of the learners (:class:`Mixture`)."""
+        return Mixture(ctx.scratch, payload["learners"], cs.pi, ctx.info.task)

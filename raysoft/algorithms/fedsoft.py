@@ -269,3 +269,8 @@ class FedSoft(Configured[FedSoftConfig]):
 
     def unseen_payload(self, state: FedSoftState) -> dict[str, Any]:
         return {"centers": state.centers, "sigma": self.settings.sigma}
+
+    def serve(self, ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+        """The model served to a client: its local (personalised) model, trained with the
+        proximal pull towards its mixture of the centers."""
+        return cs.model

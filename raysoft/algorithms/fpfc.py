@@ -336,3 +336,7 @@ class FPFC(Configured[FPFCConfig]):
 
     def unseen_payload(self, state: FPFCState) -> dict[str, Any]:
         return {"centers": self.centers(state)}
+
+    def serve(self, ctx: ClientContext, opt: Any, payload: dict[str, Any], t: int) -> torch.Tensor:
+        """The model served to a client: its own w_i (after the last round, its cluster's model)."""
+        return ctx.tensor(payload["w"][ctx.client])

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientContext, Plan, make_algorithm
-from ..algorithms.base import leaves_state, split_result
+from ..algorithms.base import SERVED_OP, leaves_state, served_batched, split_result
 from ..config import Config
 from ..data import ClientData, Federation
 from ..devices import indexed, move_in_place, moved, to_device
@@ -80,7 +80,7 @@ class ClientHost:
     def _context(self, k: int) -> ClientContext:
         """Client k's data and context, built from (data config, seed, k)."""
         fed = self.fed
-        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.client_data(k)
+        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.with_test_split(k, fed.client_data(k))
         data = to_device(data, self.device)
         return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch, device=self.device)
 
@@ -207,6 +207,8 @@ class ClientHost:
         fn = getattr(self.algorithm, "batched_ops", {}).get(op)
         if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids) or self._budget(op) is not None:
             return None
+        if leaves_state(self.algorithm, op):  # scoring, not training (FedAvg's evaluate): always together
+            return fn
         from ..batched import can_batch, use_batched
 
         why = can_batch(self.scratch)
@@ -218,6 +220,8 @@ class ClientHost:
     def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
               home: torch.device) -> dict[int, Any]:
         """:meth:`call`, its results moved to ``home``."""
+        if op == SERVED_OP:
+            return self._served(client_ids, payload, t, home)
         fn = self.algorithm.client_ops[op]
         payload = to_device(payload, self.device)
         ids = sorted(int(c) for c in client_ids)
@@ -248,6 +252,17 @@ class ClientHost:
                 continue  # missed ray.round_deadline_s: its update is left out (the executor reports it)
             out[k] = to_device(result, home)
         return out
+
+    def _served(self, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+                home: torch.device) -> dict[int, Any]:
+        """The engine's op :data:`SERVED_OP` for these clients (:func:`served_batched`): their
+        served models on their test splits; their states are read only for an algorithm's ``serve``."""
+        ids = sorted(int(c) for c in client_ids)
+        payload = to_device(payload, self.device)
+        states = [self.states[k] for k in ids] if getattr(self.algorithm, "serve", None) is not None else None
+        results = plugin_call(served_batched(self.algorithm), ([self.contexts[k] for k in ids], states, payload, t),
+                              f"{self._who()} raised serving its clients' models, round {t}")
+        return {k: to_device(r, home) for k, r in zip(ids, results)}
 
     def _budget(self, op: str) -> float | None:
         """``ray.round_deadline_s`` for the ops that train (change client states), else None: a

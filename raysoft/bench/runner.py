@@ -57,6 +57,8 @@ COLUMNS = [
     "gpu_util_pct",
     "gpu_util_max_pct",
     "peak_gpu_mb",
+    "eval_s",  # W5: raysoft's final all-client evaluation, seconds
+    "eval_floor_s",  # and the floor of its forward passes
 ]
 
 
@@ -179,7 +181,8 @@ def row(workload: str, system: str, cfg: dict[str, Any], res: dict[str, Any], pe
             "quality_metric": res["quality_metric"], "total_s": res["total_s"],
             "coordinator_busy_s": busy, "coordinator_mb": mb, "device": device,
             "gpu_util_pct": gpu.get("gpu_util_pct", nan), "gpu_util_max_pct": gpu.get("gpu_util_max_pct", nan),
-            "peak_gpu_mb": gpu.get("peak_gpu_mb", nan)}
+            "peak_gpu_mb": gpu.get("peak_gpu_mb", nan), "eval_s": res.get("eval_s", nan),
+            "eval_floor_s": res.get("eval_floor_s", nan)}
 
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
@@ -284,7 +287,22 @@ def markdown(table: Any) -> str:
                      f"{r['updates_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {r['peak_pss_mb']:.0f} | {quality} "
                      f"({r['quality_metric']}) | {ratio} | {_num(r.get('coordinator_busy_s'), '.3f')} | "
                      f"{_num(r.get('coordinator_mb'), '.1f')} |" + (gpu_cells(r) if gpu else ""))
+    lines += evaluation_lines(table)
     return "\n".join(lines) + "\n"
+
+
+def evaluation_lines(table: Any) -> list[str]:
+    """Below the table, for each row with a timed final evaluation (W5's raysoft row): its
+    seconds beside the floor of its forward passes."""
+    if "eval_s" not in table.columns:
+        return []
+    out = []
+    for _, r in table[table["eval_s"].notna()].iterrows():
+        ratio = r["eval_s"] / r["eval_floor_s"] if r["eval_floor_s"] > 0 else float("nan")
+        out.append(f"{r['workload']} {r['system']}: the final evaluation of all {_count(r.get('clients'))} clients "
+                   f"took {r['eval_s']:.3f} s; the floor of its forward passes is {r['eval_floor_s']:.3f} s "
+                   f"({_num(ratio, '.2f')}×).")
+    return [""] + out if out else []
 
 
 def gpu_cells(r: Any) -> str:

@@ -100,6 +100,7 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     cfg = check_data(parse_config(raw))
     marks: list[tuple[float, int, int]] = []
     coordinator: list[tuple[float, int]] = []  # per round: busy seconds, bytes through it
+    evaluations: list[tuple[float, int]] = []  # per evaluation after the first: its seconds, samples passed forward
     work: list[dict[str, int]] = []  # per mark: the samples of each kind of work since the last
 
     def on_progress(info: dict[str, Any]) -> None:
@@ -107,6 +108,9 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
         work.append(dict(info.get("work") or {}))
         if "coordinator_busy_s" in info:
             coordinator.append((float(info["coordinator_busy_s"]), int(info["coordinator_bytes"])))
+        if "evaluate_s" in info:
+            w = info.get("work") or {}
+            evaluations.append((float(info["evaluate_s"]), sum(int(w.get(k, 0)) for k in EVAL_WORK)))
 
     start = time.monotonic()
     tables, summary = run_backend(cfg, "bench", on_progress)
@@ -131,7 +135,28 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
             "total_s": total, "timed_window": _window([m[0] for m in marks]),
             "coordinator_busy_s_all": [c[0] for c in coordinator],
             "coordinator_bytes_all": [c[1] for c in coordinator], "work_all": done,
-            "marks": [(m[0], m[1]) for m in marks]}  # (time.monotonic(), round or upload) of each step
+            "marks": [(m[0], m[1]) for m in marks],  # (time.monotonic(), round or upload) of each step
+            **final_evaluation(workload, cfg, evaluations)}
+
+
+EVAL_WORK = ("holdout", "evaluate", "served")  # the kinds of work of a synchronous evaluation
+EVAL_TIMED = ("W5",)  # workloads whose final all-client evaluation is timed beside its floor
+
+
+def final_evaluation(workload: str, cfg: Any, evaluations: list[tuple[float, int]]) -> dict[str, Any]:
+    """``eval_s``: the seconds of the run's final evaluation (every center on the holdout sets,
+    every client's evaluate op and its served model on its test split), and ``eval_floor_s``:
+    the floor of its forward passes (the samples it passed forward at one forward pass's FLOP,
+    :func:`~raysoft.bench.floor.forward_flop_per_sample`, at this sitting's matrix rate), for
+    the workloads of :data:`EVAL_TIMED`; nothing for the others."""
+    if workload.partition("@")[0] not in EVAL_TIMED or not evaluations:
+        return {}
+    from .floor import device_rate, forward_flop_per_sample
+
+    seconds, samples = evaluations[-1]
+    rate, _ = device_rate("cuda" if cfg.ray.num_gpus_per_actor else "cpu")
+    return {"eval_s": seconds, "eval_samples": samples,
+            "eval_floor_s": samples * forward_flop_per_sample(cfg) / 1e9 / rate}
 
 
 def worker(system: str, workload: str, rounds: int, quick: bool, out: Path, export: Path | None = None,

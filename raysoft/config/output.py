@@ -29,6 +29,11 @@ class OutputConfig(Section):
     checkpoint_every: int = Field(
         0, ge=0, description="save a checkpoint (and the results so far) every this many rounds; 0: never"
     )
+    target: float | None = Field(
+        None, description="a target of the personalised headline metric (accuracy, or mse for regression): the "
+        "summary's time_to_target says the first evaluation (round or upload, virtual second) at which the clients' "
+        "mean and their worse tenth reach it; none: not reported"
+    )
 
     @field_validator("name")
     @classmethod

@@ -7,7 +7,7 @@ created inside the actor that hosts the client and never shipped through the dri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,9 +34,22 @@ class ClientData:
     components: np.ndarray  # the true distribution of each sample
     test_x: torch.Tensor | None = None  # the client's own test split, where the data has one
     test_y: torch.Tensor | None = None
+    # where the data has no test split of its own: one the engine drew (Federation.with_test_split)
+    drawn_test_x: torch.Tensor | None = None
+    drawn_test_y: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
+
+    def test_split(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The split the client's personalised model is scored on: its own test split where the
+        data has one, else the one drawn from its mixture (:meth:`Federation.with_test_split`),
+        else None."""
+        if self.test_x is not None and self.test_y is not None:
+            return self.test_x, self.test_y
+        if self.drawn_test_x is not None and self.drawn_test_y is not None:
+            return self.drawn_test_x, self.drawn_test_y
+        return None
 
 
 class Federation:
@@ -91,6 +104,36 @@ class Federation:
         if counts is None or self.info.task != "classification":
             return None
         return {k: counts(k) for k in range(self.num_clients)}
+
+    def drawn_test_split(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A test split for client k where the data has none: as many samples as its training
+        set, the same number of each distribution (its realised counts), drawn from the
+        distributions' holdout sets (without replacement where a holdout set is large enough),
+        from the random stream (data seed, "client-test", k), which nothing else draws from."""
+        counts = component_counts(int(self.sizes[k]), self.mixtures[k])
+        rng = numpy_rng(self.seed, "client-test", k)
+        if not hasattr(self, "_holdouts"):
+            self._holdouts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        xs, ys = [], []
+        for s, c in enumerate(counts.tolist()):
+            if c == 0:
+                continue
+            if s not in self._holdouts:
+                self._holdouts[s] = self.holdout(s)
+            hx, hy = self._holdouts[s]
+            idx = torch.from_numpy(rng.choice(len(hy), size=int(c), replace=int(c) > len(hy)))
+            xs.append(hx[idx])
+            ys.append(hy[idx])
+        return torch.cat(xs), torch.cat(ys)
+
+    def with_test_split(self, k: int, data: ClientData) -> ClientData:
+        """Client k's data with a test split to score its personalised model on: itself where the
+        dataset gave one (``test_x``, ``test_y``), else with :meth:`drawn_test_split` as
+        ``drawn_test_x``, ``drawn_test_y`` (which the algorithms' own metrics never read)."""
+        if data.test_split() is not None:
+            return data
+        x, y = self.drawn_test_split(k)
+        return replace(data, drawn_test_x=x, drawn_test_y=y)
 
     def realized_shares(self) -> np.ndarray:
         """[N, S] shares actually realised by the integer sample counts."""

@@ -47,6 +47,7 @@ def checkpoint_types() -> list[Any]:
     from ..config import DataConfig
     from ..data.drift import DriftingImages
     from ..plugins import state_types
+    from .recording import Clusterings, Served
 
     core = getattr(np, "_core", None) or np.core
     layers = [c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Module)]
@@ -55,6 +56,7 @@ def checkpoint_types() -> list[Any]:
         fedsoft.FedSoftState, fedsoft.FedSoftClient, ifca.IFCAState, fedem.FedEMState, fedem.FedEMClient,
         fedavg.GlobalModel, fedavg.LocalClient, fpfc.FPFCState, ccfl.CCFLServerState, stream.StreamClient,
         DriftingImages, DataConfig, models.DataInfo, *catalog.DATASETS, *catalog.MODELS,
+        Served, Clusterings,  # the coordinator's records of the clients served and the clusterings
         *(c for c in vars(settings).values() if isinstance(c, type) and issubclass(c, settings.AlgorithmConfig)),
         # optimizers and the models a client keeps (and their layers)
         optim.Adam, optim.SGD,

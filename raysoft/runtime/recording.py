@@ -16,12 +16,107 @@ import torch
 from ..algorithms.base import eval_metrics
 from ..config import Config
 from ..errors import ClientFailure, PluginFailure, RecoveryFailure, one_line
-from ..evaluation import evaluate_centers
+from ..evaluation import (
+    client_summary,
+    clustering_rows,
+    evaluate_centers,
+    match_centers,
+    time_to_target,
+    weight_error,
+    worse_percentile,
+)
 from ..results import Recorder
 from ..unseen import UNSEEN_OP, held_out_clients, unseen_summary
 from .checkpoint import load_checkpoint, prove_loadable, save_checkpoint
 
 log = logging.getLogger(__name__)
+
+
+class Served:
+    """Every client's personalised model on its own test split, at every evaluation: the rows
+    of ``client_metrics.parquet``, the last evaluation's values and, per evaluation, the
+    headline metric's mean and worse tenth (:func:`~raysoft.evaluation.worse_percentile`),
+    from which the summary's ``personalised`` and ``time_to_target`` are made."""
+
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+        self.last: dict[int, dict[str, float]] = {}  # client -> metrics, at the last evaluation
+        self.step: int | None = None  # the step of the last evaluation
+        self.history: list[dict[str, Any]] = []  # one entry per evaluation
+        self.skipped: str | None = None  # why no client was scored
+
+    def record(self, coord: CoordinatorBase, results: dict[int, dict[str, float]], held_out: bool = False,
+               step: int | None = None, vtime: float | None = None) -> None:
+        """Rows for ``results`` ({client: metrics}, in client order) at ``step`` (default the
+        coordinator's round); the training clients' (``held_out`` false) also go to the history."""
+        step = coord.round if step is None else step
+        for k in sorted(results):
+            for name, value in results[k].items():
+                coord.recorder.add("client_metrics", step=step, client=int(k), held_out=held_out, metric=name,
+                                   value=float(value))
+        if held_out or not results:
+            return
+        self.last, self.step = {k: dict(results[k]) for k in sorted(results)}, step
+        values = np.array([results[k][self.metric] for k in sorted(results) if self.metric in results[k]])
+        if len(values):
+            vt = vtime if vtime is not None else getattr(coord, "virtual_now", None)
+            self.history.append({"step": step, "virtual_time": vt, "mean": float(values.mean()),
+                                 "worse": worse_percentile(values, self.metric)})
+
+    def summary(self, target: float | None) -> dict[str, Any]:
+        """``personalised``: the last evaluation's distribution of every metric over the clients
+        (:func:`~raysoft.evaluation.client_summary`), and ``time_to_target`` when a target is set."""
+        if not self.last:
+            return {"personalised": {"skipped": self.skipped or "no client has a test split"}}
+        names = list(self.last[min(self.last)])
+        out: dict[str, Any] = {"personalised": {
+            "metric": self.metric, "step": self.step, "clients": len(self.last),
+            **{n: client_summary(np.array([m[n] for m in self.last.values() if n in m]), n) for n in names}}}
+        if target is not None:
+            out["time_to_target"] = time_to_target(self.history, target, self.metric)
+        return out
+
+
+class Clusterings:
+    """An algorithm's clusterings scored against the clients' true clusters at every
+    evaluation (``clustering.parquet``): a hard assignment (``clustering`` "assignment"), or
+    the argmax of soft weights ("weights_argmax", with ``mixture_mae``, the weight error
+    matched as the summary's ``weight_mae``); ``changed`` counts the clients whose cluster
+    changed since the previous evaluation (of the clients scored at both)."""
+
+    def __init__(self) -> None:
+        self.previous: dict[str, dict[int, int]] = {}  # clustering -> {client: cluster} at the last evaluation
+
+    def record(self, coord: CoordinatorBase, truth: np.ndarray, hard: np.ndarray | None, weights: np.ndarray | None,
+               scores: np.ndarray | None, lower: bool, clients: list[int] | None = None,
+               matching: tuple[int, ...] | None = None, step: int | None = None) -> None:
+        """``truth``: the clients' true shares [clients, distributions]; ``hard`` their
+        clusters, or ``weights`` [clients, centers]; ``scores`` [distributions, centers] (the
+        matching of centers to distributions, unless ``matching`` is given); ``clients``: the
+        ids of the rows (default 0..n-1)."""
+        if hard is None and weights is None:
+            return
+        name = "assignment" if hard is not None else "weights_argmax"
+        predicted = np.asarray(hard if hard is not None else np.asarray(weights).argmax(axis=1), dtype=np.int64)
+        ids = list(range(len(predicted))) if clients is None else list(clients)
+        if len(ids) < 2:
+            return
+        prev = self.previous.get(name)
+        both = [i for i, k in enumerate(ids) if prev is not None and k in prev]
+        rows = clustering_rows(truth.argmax(axis=1), predicted, None)
+        if prev is not None:
+            rows["changed"] = float(sum(prev[ids[i]] != predicted[i] for i in both))
+        if weights is not None and hard is None:
+            w = np.asarray(weights, dtype=float)
+            if matching is None and scores is not None and truth.shape[1] <= scores.shape[1] <= 9 \
+                    and scores.shape[1] == w.shape[1]:
+                matching = match_centers(scores, lower)
+            if matching is not None:
+                rows["mixture_mae"] = weight_error(w, truth, matching)
+        step = coord.round if step is None else step
+        for metric, value in rows.items():
+            coord.recorder.add("clustering", step=step, clustering=name, metric=metric, value=float(value))
+        self.previous[name] = {k: int(p) for k, p in zip(ids, predicted)}
 
 
 class CoordinatorBase:

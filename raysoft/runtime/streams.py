@@ -38,7 +38,7 @@ from ..metrics import headline_dists
 from ..models import build_model
 from ..rng import numpy_rng
 from .comm import totals as comm_totals
-from .recording import CoordinatorBase
+from .recording import Clusterings, CoordinatorBase, Served
 
 
 class StreamCoordinator(CoordinatorBase):
@@ -49,7 +49,8 @@ class StreamCoordinator(CoordinatorBase):
     CHECKPOINTED = ("state", "uploads", "started", "next_time", "ticks", "replies", "computed", "last_step", "last_u",
                     "unseen",
                     "last_shares", "last_vtime", "kl", "kl_fresh", "stale", "center_scores", "means", "totals",
-                    "final_before", "final_after", "cluster_history", "finished")
+                    "final_before", "final_after", "cluster_history", "finished", "served", "clusterings",
+                    "latest_served", "vtime_now")
 
     def __init__(self, cfg: Config, executor: Any, algorithm: StreamAlgorithm, run_id: str,
                  run_dir: str | None = None) -> None:
@@ -94,6 +95,10 @@ class StreamCoordinator(CoordinatorBase):
         self.cluster_history: list[float] = []  # mean accuracy of the cluster models at each evaluation
         self.finished = False
         self.unseen = None
+        self.served = Served("accuracy")
+        self.clusterings = Clusterings()
+        self.latest_served: dict[int, dict[str, float]] = {}  # each client's latest served-model metrics
+        self.vtime_now: float | None = None  # the virtual time of the last upload applied
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "server_on_actor_s", "silent_ticks")}
@@ -131,6 +136,15 @@ class StreamCoordinator(CoordinatorBase):
             if self.algorithm.has_server:
                 payload["models"] = self.algorithm.models(self.state)
             self.score_unseen(self.algorithm, payload, "accuracy")
+        if self.uploads >= self.a.rounds:  # every client's last reply is scored before the last evaluation's rows
+            self._finish()
+        self.served.record(self, dict(self.latest_served), vtime=self.vtime_now)
+        ids = sorted(self.last_u)
+        if ids:  # cluster k starts from distribution k's model: no matching to guess
+            k = self.drift.num_clusters
+            self.clusterings.record(self, np.stack([self.last_shares[m] for m in ids]), None,
+                                    np.stack([self.last_u[m] for m in ids]), None, False, clients=ids,
+                                    matching=tuple(range(k)))
         return head
 
     def _apply(self, m: int, up: dict[str, Any]) -> None:
@@ -151,6 +165,9 @@ class StreamCoordinator(CoordinatorBase):
             self.row("client", m, -1, f"{name}_before", value, vtime=vt)
         self.means["accuracy_before"].append(up["before"]["accuracy"])
         self.final_before[m] = up["before"]["accuracy"]
+        self.vtime_now = vt
+        if not self.algorithm.has_server:  # no reply: the client is served its own model
+            self.latest_served[m] = dict(up["before"])
         if up["after"] is not None:  # the previous reply, scored on the data it was sent for
             self._record_after(m, up["after"])
         cost = up["cost"]  # what this upload's cycle downloaded (the last reply, or the cold start) and uploaded
@@ -197,6 +214,7 @@ class StreamCoordinator(CoordinatorBase):
             self.row("client", m, -1, f"{name}_after", value, step=self.last_step[m], vtime=self.last_vtime[m])
         self.means["accuracy_after"].append(after["accuracy"])
         self.final_after[m] = after["accuracy"]
+        self.latest_served[m] = dict(after)
 
     def _finish(self) -> None:
         """Score every client's last reply (Cli Aft of its final upload): computed uploads that
@@ -327,4 +345,5 @@ class StreamCoordinator(CoordinatorBase):
                    rounds=int(self.uploads), uploads=int(self.uploads), stale_uploads=int(self.stale),
                    wall_time_s=self.elapsed(), events=self.event_counts())
         out.update(self.unseen_part())
+        out.update(self.served.summary(self.cfg.output.target))
         return self.recorder.tables(), out
