@@ -37,6 +37,8 @@ from .algorithms.common import (
     proximal_pull,
     scratch_optimizer,
     select_uniform,
+    served_metrics,
+    served_vector_metrics,
     train_from,
     uniform_selection,
 )
@@ -75,7 +77,7 @@ __all__ = [
     "DriftingDataset",
     # building blocks of client and server halves
     "uniform_selection", "select_uniform", "scratch_optimizer", "train_from", "proximal_pull", "evaluate_vector",
-    "own_data_metrics",
+    "own_data_metrics", "served_metrics", "served_vector_metrics",
     "proximal_train", "make_optimizer", "evaluate", "model_losses", "per_sample_loss",
     "Params", "get_flat", "set_flat", "weighted_sum", "numpy_rng", "torch_generator", "Adam", "SGD",
     # devices: a client op's tensors live on ctx.device (ctx.tensor makes one there); to numpy only through this

@@ -37,12 +37,9 @@ def held_out_clients(data: DataConfig, run_seed: int) -> tuple[int, ...]:
 
 
 def headline_name(names: Sequence[str], metric: str) -> str | None:
-    """The metric a held-out client is summarised by: ``test_<metric>`` where the client has a
-    test split, else ``<metric>`` (its training data), else None."""
-    for name in (f"test_{metric}", metric):
-        if name in names:
-            return name
-    return None
+    """The metric a held-out client is summarised by: the headline ``metric`` of its served
+    model on its test split (as every row of ``client_metrics.parquet``), else None."""
+    return metric if metric in names else None
 
 
 def unseen_summary(metrics: Mapping[int, Mapping[str, float]], metric: str, step: int) -> dict[str, Any]:

@@ -76,17 +76,19 @@ def _regression_client(x: list[float], y: list[float], test: tuple[list[float], 
 
 def test_ifca_and_fpfc_serve_the_center_with_the_lowest_loss_on_the_clients_training_data():
     """y = 2x at x = (1, 2): center (1, 0) has mse 2.5, (2, 0) has 0, (0, 3) has 1 -> center 1,
-    scored 0 on the training data and, on the test split (x = 3, y = 7), (7 - 6)^2 = 1."""
+    chosen on the training data and scored on the test split (x = 3, y = 7): (7 - 6)^2 = 1."""
     ctx = _regression_client([1.0, 2.0], [2.0, 4.0], test=([3.0], [7.0]))
     out = center_cold_start(ctx, torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]]))
     assert out.extra == 1 and out.metrics["center"] == 1.0
-    assert out.metrics["mse"] == pytest.approx(0.0) and out.metrics["test_mse"] == pytest.approx(1.0)
+    assert out.metrics["mse"] == pytest.approx(1.0) and "test_mse" not in out.metrics
 
 
 def test_fedsoft_counts_the_samples_each_center_fits_best_and_serves_that_mixture():
     """Centers y = 2x and y = 0: the first fits samples 1-3 best, the second sample 4, so u =
-    (3/4, 1/4) and the served model is (1.5, 0): residuals (-0.5, -1, -1.5, 6), mse 39.5 / 4."""
-    ctx = _regression_client([1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 0.0])
+    (3/4, 1/4) and the served model is (1.5, 0): on a test split of the same four points,
+    residuals (-0.5, -1, -1.5, 6), mse 39.5 / 4."""
+    x, y = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 0.0]
+    ctx = _regression_client(x, y, test=(x, y))
     _, out = client_unseen(ctx, None, {"centers": torch.tensor([[2.0, 0.0], [0.0, 0.0]]), "sigma": 0.01}, 0)
     assert (out["u[0]"], out["u[1]"]) == (0.75, 0.25)
     assert out["mse"] == pytest.approx(39.5 / 4)
@@ -123,9 +125,9 @@ def test_locals_budget_is_the_epochs_a_training_client_has_had():
 
 
 def test_the_summary_is_the_mean_p10_and_median_of_the_headline():
-    metrics = {k: {"mse": float(k), "test_mse": float(10 * k)} for k in range(1, 6)}
+    metrics = {k: {"mse": float(10 * k), "center": 0.0} for k in range(1, 6)}
     out = unseen_summary(metrics, "mse", 3)
-    assert out["metric"] == "test_mse" and out["mean"] == 30.0 and out["median"] == 30.0
+    assert out["metric"] == "mse" and out["mean"] == 30.0 and out["median"] == 30.0
     assert out["p10"] == pytest.approx(14.0) and out["scored"] == 5 and out["step"] == 3
 
 
@@ -167,7 +169,9 @@ def test_held_out_clients_never_train_and_are_scored_at_the_end(tmp_path, calls,
         assert (op == "unseen") == bool(set(ids) & set(held)), (op, ids)
     assert [ids for op, ids in calls if op == "unseen"] == [list(held)]  # once, at the final evaluation
     rows = pd.read_parquet(run.run_dir / "client_metrics.parquet")
-    assert set(rows.client) == set(held) and rows.held_out.all() and set(rows.step) == {4}
+    assert not set(rows[~rows.held_out].client) & set(held)  # the trained clients' served models: theirs alone
+    rows = rows[rows.held_out]
+    assert set(rows.client) == set(held) and set(rows.step) == {4}
     mse = rows[rows.metric == "mse"].sort_values("client").value.to_numpy()
     summary = run.summary["held_out"]
     assert summary["metric"] == "mse" and summary["mean"] == pytest.approx(mse.mean())
@@ -193,7 +197,8 @@ def test_fedsoft_with_full_participation_never_trains_them(tmp_path, calls):
 
 def test_with_none_held_out_nothing_is_written(tmp_path):
     run = raysoft.run(small_config(algorithm={"name": "ifca", "num_centers": 2}), out=tmp_path)
-    assert "held_out" not in run.summary and not (run.run_dir / "client_metrics.parquet").exists()
+    assert "held_out" not in run.summary
+    assert not pd.read_parquet(run.run_dir / "client_metrics.parquet").held_out.any()
 
 
 PLUGIN = '''
@@ -231,7 +236,7 @@ def test_a_plugin_without_a_cold_start_has_them_skipped_in_one_line(tmp_path, mo
     assert "no cold start" in run.summary["held_out"]["skipped"] and run.summary["events"]["held_out_skipped"] == 1
     said = [line for line in capsys.readouterr().err.splitlines() if "held_out_skipped" in line]
     assert len(said) == 1 and "2 held-out clients are not scored" in said[0]
-    assert not (run.run_dir / "client_metrics.parquet").exists()
+    assert not pd.read_parquet(run.run_dir / "client_metrics.parquet").held_out.any()
 
 
 @pytest.mark.slow  # the first stream run of a session builds its images and pre-trains: ~20 s
@@ -288,5 +293,7 @@ def test_a_plugins_own_cold_start_is_used(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("fedprox", None)
     avg = _run(tmp_path / "avg", {"name": "fedavg"}, train=train)
-    assert_same(prox, avg, tables=("client_metrics",))
+    held = [pd.read_parquet(r.run_dir / "client_metrics.parquet").query("held_out").drop(columns="run_id")
+            .reset_index(drop=True) for r in (prox, avg)]
+    pd.testing.assert_frame_equal(*held)
     assert prox.summary["held_out"]["scored"] == 2

@@ -47,6 +47,7 @@ from raysoft.sdk import (
     proximal_pull,
     scratch_optimizer,
     select_uniform,
+    served_vector_metrics,
     train_from,
 )
 
@@ -79,7 +80,7 @@ def _evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
 
 def _unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int) -> tuple[None, dict[str, float]]:
     """The cold start of a held-out client (``data.held_out``): the global model, as it is."""
-    return None, evaluate_vector(ctx, payload["model"])
+    return None, served_vector_metrics(ctx, payload["model"])
 
 
 # ----------------------------------------------------------------------------- the server half

@@ -75,6 +75,24 @@ def own_data_metrics(ctx: ClientContext, model: torch.nn.Module) -> dict[str, fl
     return out
 
 
+def served_metrics(ctx: ClientContext, model: torch.nn.Module) -> dict[str, float]:
+    """A client's served model on its test split (its own, else the one drawn for it,
+    :meth:`~raysoft.data.ClientData.test_split`), as every row of ``client_metrics.parquet`` is
+    scored (:func:`~raysoft.evaluation.score_client`): what a held-out client's cold start returns."""
+    from ..evaluation import score_client
+
+    split = ctx.data.test_split()
+    if split is None:
+        raise ValueError(f"client {ctx.client} has no test split to be scored on")
+    return score_client(model, split[0], split[1], ctx.info.task)
+
+
+def served_vector_metrics(ctx: ClientContext, vec: Params) -> dict[str, float]:
+    """:func:`served_metrics` of the parameter vector ``vec``."""
+    set_flat(ctx.scratch, vec)
+    return served_metrics(ctx, ctx.scratch)
+
+
 def evaluate_vector(ctx: ClientContext, vec: Params) -> dict[str, float]:
     """:func:`own_data_metrics` of the parameter vector ``vec``."""
     set_flat(ctx.scratch, vec)

@@ -27,6 +27,8 @@ from .common import (
     own_data_metrics,
     scratch_optimizer,
     select_uniform,
+    served_metrics,
+    served_vector_metrics,
     train_from,
 )
 from .settings import FedAvgConfig, LocalConfig
@@ -51,7 +53,7 @@ def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
 
 def _fedavg_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
     """Cold start of a held-out client: the global model, as it is."""
-    return None, evaluate_vector(ctx, payload["model"])
+    return None, served_vector_metrics(ctx, payload["model"])
 
 
 def _fedavg_evaluate_batched(ctxs: list[ClientContext], opts: list, payload: dict[str, Any], t: int):
@@ -139,7 +141,7 @@ def _local_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
     model = ctx.new_model("client_init")
     proximal_train(model, make_optimizer(cfg.train, model.parameters()), ctx.data.x, ctx.data.y, ctx.info.task,
                    cfg.train, rng=numpy_rng(cfg.seed, "unseen-shuffle", ctx.client, t), epochs=epochs)
-    return None, {**own_data_metrics(ctx, model), "epochs": float(epochs)}
+    return None, {**served_metrics(ctx, model), "epochs": float(epochs)}
 
 
 class Local(Configured[LocalConfig]):

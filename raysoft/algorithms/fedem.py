@@ -182,10 +182,9 @@ def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: dict[str
     losses = model_losses(ctx.scratch, learners, ctx.data.x, ctx.data.y, ctx.info.task)
     pi, steps = fit_mixture(losses) if a.unseen_em_steps is None else fit_mixture(losses, a.unseen_em_steps, 0.0)
     pi = pi.to(torch.float32)
-    out = mixture_metrics(ctx.scratch, learners, pi, ctx.data.x, ctx.data.y, ctx.info.task)
-    if ctx.data.test_x is not None and ctx.data.test_y is not None:
-        test = mixture_metrics(ctx.scratch, learners, pi, ctx.data.test_x, ctx.data.test_y, ctx.info.task)
-        out.update({f"test_{k}": v for k, v in test.items()})
+    split = ctx.data.test_split()  # scored as every client_metrics row: on its (own or drawn) test split
+    assert split is not None, "the host gives every client a test split"
+    out = mixture_metrics(ctx.scratch, learners, pi, split[0], split[1], ctx.info.task)
     out.update({f"pi[{m}]": float(p) for m, p in enumerate(pi.tolist())}, em_steps=float(steps))
     return None, out
 

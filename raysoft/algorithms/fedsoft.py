@@ -36,7 +36,7 @@ from .base import (
     ServerContext,
     summed,
 )
-from .common import batched_local_train, own_data_metrics
+from .common import batched_local_train, own_data_metrics, served_metrics
 from .settings import FedSoftConfig
 
 
@@ -208,7 +208,7 @@ def client_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
     losses = model_losses(ctx.scratch, payload["centers"], ctx.data.x, ctx.data.y, ctx.info.task)
     u = importance_weights(to_numpy(losses), payload["sigma"])
     set_flat(ctx.scratch, mixture_of_centers(u, payload["centers"]))
-    return None, {**own_data_metrics(ctx, ctx.scratch), **{f"u[{s}]": float(v) for s, v in enumerate(u)}}
+    return None, {**served_metrics(ctx, ctx.scratch), **{f"u[{s}]": float(v) for s, v in enumerate(u)}}
 
 
 # ----------------------------------------------------------------------------- server half

@@ -45,7 +45,7 @@ from .base import (
     ServerContext,
     summed,
 )
-from .common import evaluate_vector, mean_losses, scratch_optimizer, select_uniform, train_from
+from .common import evaluate_vector, mean_losses, scratch_optimizer, select_uniform, served_vector_metrics, train_from
 from .settings import IFCAConfig
 
 
@@ -149,7 +149,7 @@ def center_cold_start(ctx: ClientContext, centers: torch.Tensor) -> EvalResult:
     lowest average loss on its training data (:func:`assign_cluster`, IFCA's cluster estimate),
     scored; ``extra`` is the chosen center, also the metric ``center``."""
     j = assign_cluster(to_numpy(mean_losses(ctx, centers)))
-    return EvalResult({**evaluate_vector(ctx, centers[j]), "center": float(j)}, extra=j)
+    return EvalResult({**served_vector_metrics(ctx, centers[j]), "center": float(j)}, extra=j)
 
 
 def _ifca_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
@@ -157,7 +157,7 @@ def _ifca_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
     ``assignment: oracle``), the chosen center served."""
     if payload.get("assignment") == "oracle":
         j = _choose(ctx, payload)
-        return None, EvalResult({**evaluate_vector(ctx, payload["centers"][j]), "center": float(j)}, extra=j)
+        return None, EvalResult({**served_vector_metrics(ctx, payload["centers"][j]), "center": float(j)}, extra=j)
     return None, center_cold_start(ctx, payload["centers"])
 
 
