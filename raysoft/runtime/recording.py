@@ -125,7 +125,7 @@ class CoordinatorBase:
     :meth:`evaluate`, :meth:`step`, :meth:`done` and :meth:`results`."""
 
     CHECKPOINTED: tuple[str, ...] = ()
-
+    served: Served  # every client's served model, scored (set by the subclass's init_run)
 
     def __init__(self, cfg: Config, executor: Any, run_id: str, run_dir: str | None = None) -> None:
         self.cfg, self.executor = cfg, executor
@@ -260,9 +260,7 @@ class CoordinatorBase:
             except TypeError as err:
                 what = str(err).replace("its evaluate op", f"its {UNSEEN_OP} op")
                 raise PluginFailure(f"algorithm {name!r}: held-out client {k}: {what}") from None
-            for metric_name, value in metrics[k].items():
-                self.recorder.add("client_metrics", step=self.round, client=k, held_out=True, metric=metric_name,
-                                  value=float(value))
+        self.served.record(self, metrics, held_out=True)  # rows as the training clients', no history
         self.unseen = {"clients": list(self.held_out), **unseen_summary(metrics, metric, self.round)}
 
     def unseen_part(self) -> dict[str, Any]:
