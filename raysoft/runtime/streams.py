@@ -99,6 +99,9 @@ class StreamCoordinator(CoordinatorBase):
         self.clusterings = Clusterings()
         self.latest_served: dict[int, dict[str, float]] = {}  # each client's latest served-model metrics
         self.vtime_now: float | None = None  # the virtual time of the last upload applied
+        fed = getattr(self.drift, "fed", None)  # a stream over a dataset's federation (not the rotated images)
+        if fed is not None:
+            self.record_labels(fed)  # its clients' label counts at cycle 0 (a scenario's, say)
         self.totals = {k: 0.0 for k in ("bytes_down", "bytes_up", "samples_trained", "estimation_forwards",
                                         "server_forwards", "train_s", "estimation_s", "server_estimation_s",
                                         "server_on_actor_s", "silent_ticks")}

@@ -327,3 +327,37 @@ def test_the_rotated_mixtures_count_the_labels_their_clients_hold(pool_root):
     for k in range(6):
         held = np.bincount(fed.client_data(k).y.numpy(), minlength=10)
         assert set(counts[k]) == {"train"} and np.array_equal(counts[k]["train"], held)
+
+
+@pytest.mark.slow  # a stream's first run of a session pre-trains its cluster models: ~10 s
+def test_a_scenario_feeds_a_stream_with_its_truth_and_label_counts(tmp_path):
+    """CCFL over 3 clusters by label permutation: the stream reads the scenario through the
+    dataset contract, records each client's label counts, and scores its estimates against the
+    scenario's clusters (client k in cluster k*3//6)."""
+    from support.configs import stream_config
+    from support.images import write_fmnist
+
+    import raysoft
+
+    write_fmnist(tmp_path / "fm")
+    cfg = stream_config(tmp_path / "fm")
+    cfg["data"] = {"name": "scenario", "base": "fmnist", "root": str(tmp_path / "fm"), "clients": 6,
+                   "distributions": 3, "concept": "permutation", "test_samples": 8}
+    run = raysoft.run(cfg, out=tmp_path / "out")
+    clients = pd.read_parquet(run.run_dir / "clients.parquet")
+    truth = clients[clients.share == 1.0].groupby("client").distribution.unique()  # at every upload
+    assert [list(v) for v in truth.sort_index()] == [[k * 3 // 6] for k in range(6)]
+    labels = pd.read_parquet(run.run_dir / "labels.parquet")
+    assert set(labels.client) == set(range(6)) and set(labels.split) == {"train", "test"}
+    fed = Federation(parse_scenario(cfg), cfg["seed"])
+    for k, counts in fed.label_counts().items():
+        mine = labels[(labels.client == k) & (labels.split == "train")].set_index("label")["count"]
+        assert mine.to_dict() == {int(c): int(n) for c, n in enumerate(counts["train"]) if n}
+    scored = pd.read_parquet(run.run_dir / "clustering.parquet")
+    assert {"ari", "nmi", "mixture_mae"} <= set(scored.metric)
+
+
+def parse_scenario(cfg: dict):
+    from raysoft.config import parse_config
+
+    return parse_config(cfg).data
