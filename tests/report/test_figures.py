@@ -1,6 +1,7 @@
 """raysoft report: the figures (valid PNGs whose plotted data equal the run's tables), report.md,
 the multi-run comparison and the CLI's error path."""
 
+import re
 import shutil
 
 import numpy as np
@@ -48,11 +49,13 @@ def _ydata(ax):
 
 # ---------------------------------------------------------------------------- files
 def test_each_run_gets_its_figures_and_report(runs, written):
+    served = ["client_metrics.png", "metric_vs_bytes.png"]  # every run scores its clients and counts bytes
     expect = {
-        "fedsoft": ["center_metric.png", "weights_by_group.png", "final_weights.png"],
-        "fedavg": ["center_metric.png"],
-        "local": [],
-        "fpfc": ["center_metric.png", "weights_by_group.png", "final_weights.png", "clusters.png"],
+        "fedsoft": ["center_metric.png", "weights_by_group.png", "final_weights.png", "clustering.png", *served],
+        "fedavg": ["center_metric.png", *served],
+        "local": served,
+        "fpfc": ["center_metric.png", "weights_by_group.png", "final_weights.png", "clusters.png", "clustering.png",
+                 *served],
     }
     for name, files in expect.items():
         assert written[name] == [runs[name] / f for f in [*files, "report.md"]]
@@ -72,7 +75,8 @@ def test_report_md_summarises_the_run(runs, written):
     assert f"mse {s['local_mean']['mse']:.2f}" in text
     for f in ("center_metric.png", "weights_by_group.png", "final_weights.png"):
         assert f"]({f})" in text
-    assert "skipped" not in text and "ARI" not in text
+    # no ARI of its own (a soft method); the clustering figure's caption names the table's ARI
+    assert "skipped" not in text and re.search(r"ARI [-\d]", text) is None
 
     fpfc = (runs["fpfc"] / "report.md").read_text()
     sf = rp.load_run(runs["fpfc"]).summary
@@ -193,7 +197,7 @@ def test_comparison_of_several_runs(runs, written, tmp_path):
     order = ["fedsoft", "fedavg", "fpfc", "local"]
     out = tmp_path / "cmp"
     files = rp.report([runs[n] for n in order], out=out)
-    assert files[-2:] == [out / "comparison_center_metric.png", out / "comparison_report.md"]
+    assert files[-1] == out / "comparison_report.md" and out / "comparison_center_metric.png" in files
     check_png(out / "comparison_center_metric.png")
     text = (out / "comparison_report.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| [")]
@@ -230,7 +234,8 @@ def test_main_prints_the_files_then_the_report_directory(runs, written, tmp_path
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == str(runs["fedsoft"])
     assert lines[:-1] == [str(runs["fedsoft"] / f) for f in
-                          ["center_metric.png", "weights_by_group.png", "final_weights.png", "report.md"]]
+                          ["center_metric.png", "weights_by_group.png", "final_weights.png", "clustering.png",
+                           "client_metrics.png", "metric_vs_bytes.png", "report.md"]]
     out = tmp_path / "two"
     assert cli_main(["report", str(runs["fedsoft"]), str(runs["fedavg"]), "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
