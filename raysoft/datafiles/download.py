@@ -14,7 +14,7 @@ import os
 from urllib.error import URLError
 
 from ..errors import MissingDataError, one_line
-from .locations import CIFAR_FOLDERS, FMNIST_DEBIAN_ROOT, check_files
+from .locations import CIFAR_FOLDERS, FMNIST_DEBIAN_ROOT, check_files, default_root
 
 # what to put in the folder by hand, where the download fails
 _BY_HAND = {
@@ -32,12 +32,11 @@ def cache_root() -> str:
 
 
 def download_root(name: str, root: str | None) -> str:
-    """Where dataset ``name``'s files are looked for, and fetched to if missing."""
-    if root:
-        return root
-    env = os.environ.get("RAYSOFT_DATA")
-    if env:
-        return env
+    """Where dataset ``name``'s files are looked for, and fetched to if missing: as
+    :func:`default_root` where ``root`` or $RAYSOFT_DATA says, else Debian's Fashion-MNIST where
+    it is installed, else the cache."""
+    if root or os.environ.get("RAYSOFT_DATA"):
+        return default_root(name, root)
     if name == "fmnist":
         try:
             check_files(name, FMNIST_DEBIAN_ROOT)
