@@ -75,8 +75,8 @@ def test_fedsoft_recovers_the_two_clusters_and_the_mixtures(fedsoft_run):
 def test_run_directory_follows_the_contract(fedsoft_run):
     d = fedsoft_run.run_dir
     assert sorted(p.name for p in d.iterdir()) == [
-        "clients.parquet", "config.yaml", "diagnostics.parquet", "metrics.parquet", "provenance.json", "summary.json",
-        "weights.parquet"]
+        "client_metrics.parquet", "clients.parquet", "clustering.parquet", "comm.parquet", "config.yaml",
+        "diagnostics.parquet", "metrics.parquet", "provenance.json", "summary.json", "weights.parquet"]
     diag = pd.read_parquet(d / "diagnostics.parquet")  # FedSoft's coupling, one row per round
     assert list(diag.columns) == ["run_id", "step", "name", "value"] and list(diag.step) == list(range(20))
     m = pd.read_parquet(d / "metrics.parquet")
