@@ -35,6 +35,11 @@ def save_checkpoint(run_dir: Path, blob: dict[str, Any], recorder: Recorder) -> 
         torch.save(blob, tmp)
 
 
+# types that modules above this one add (recording.py: Served, Clusterings), so that this module
+# imports none of them (no import cycle)
+RECORD_TYPES: list[type] = []
+
+
 def checkpoint_types() -> list[Any]:
     """Every type a checkpoint of raysoft's algorithms holds beyond what ``weights_only``
     loads by default (the tests run every algorithm with a checkpoint each round and load it
@@ -47,7 +52,6 @@ def checkpoint_types() -> list[Any]:
     from ..config import DataConfig
     from ..data.drift import DriftingImages
     from ..plugins import state_types
-    from .recording import Clusterings, Served
 
     core = getattr(np, "_core", None) or np.core
     layers = [c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Module)]
@@ -56,7 +60,7 @@ def checkpoint_types() -> list[Any]:
         fedsoft.FedSoftState, fedsoft.FedSoftClient, ifca.IFCAState, fedem.FedEMState, fedem.FedEMClient,
         fedavg.GlobalModel, fedavg.LocalClient, fpfc.FPFCState, ccfl.CCFLServerState, stream.StreamClient,
         DriftingImages, DataConfig, models.DataInfo, *catalog.DATASETS, *catalog.MODELS,
-        Served, Clusterings,  # the coordinator's records of the clients served and the clusterings
+        *RECORD_TYPES,  # the coordinator's records of the clients served and the clusterings
         *(c for c in vars(settings).values() if isinstance(c, type) and issubclass(c, settings.AlgorithmConfig)),
         # optimizers and the models a client keeps (and their layers)
         optim.Adam, optim.SGD,

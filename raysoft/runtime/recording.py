@@ -27,7 +27,7 @@ from ..evaluation import (
 )
 from ..results import Recorder
 from ..unseen import UNSEEN_OP, held_out_clients, unseen_summary
-from .checkpoint import load_checkpoint, prove_loadable, save_checkpoint
+from .checkpoint import RECORD_TYPES, load_checkpoint, prove_loadable, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,9 @@ class Clusterings:
         for metric, value in rows.items():
             coord.recorder.add("clustering", step=step, clustering=name, metric=metric, value=float(value))
         self.previous[name] = {k: int(p) for k, p in zip(ids, predicted)}
+
+
+RECORD_TYPES.extend([Served, Clusterings])  # a checkpoint holds them (checkpoint_types)
 
 
 class CoordinatorBase:
