@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..algorithms.base import SERVED_OP
 from ..config import Fault
 from ..tree import map_leaves
+from ..unseen import UNSEEN_OP
 
 
 def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
@@ -39,6 +41,7 @@ def _nan(leaf: Any) -> Any:
 
 
 EventFn = Callable[..., None]
+EVALUATION_OPS = ("evaluate", SERVED_OP, UNSEEN_OP)  # the calls of an evaluation, never a round's training
 
 
 class FaultInjector:
@@ -56,7 +59,7 @@ class FaultInjector:
         return getattr(self.inner, name)
 
     def _before(self, op: str, t: int) -> None:
-        if op == "evaluate":  # a round's faults fire at its first client call, evaluations aside
+        if op in EVALUATION_OPS:  # a round's faults fire at its first client call, evaluations aside
             return
         for i, f in enumerate(self.faults):
             if f.kind == "kill_actor" and f.at_round == t and i not in self.fired:
