@@ -250,6 +250,8 @@ def test_a_streams_held_out_clients_never_upload_and_are_scored(tmp_path, name):
     metrics = pd.read_parquet(run.run_dir / "metrics.parquet")
     assert not set(metrics[metrics.scope == "client"].entity) & held
     rows = pd.read_parquet(run.run_dir / "client_metrics.parquet")
+    assert not set(rows[~rows.held_out].client) & held  # the trained clients' served models: theirs alone
+    rows = rows[rows.held_out]
     assert set(rows.client) == held and set(rows.metric) >= {"accuracy", "loss"}
     assert run.summary["held_out"]["metric"] == "accuracy" and run.summary["held_out"]["scored"] == 2
     json.dumps(run.summary)
