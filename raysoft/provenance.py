@@ -75,9 +75,9 @@ def _gpus() -> list[str]:
             return [line.strip() for line in out.splitlines() if line.strip()]
         except (OSError, subprocess.SubprocessError):
             pass
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)  # None too while another thread imports torch
+    if cuda is not None and cuda.is_available():
+        return [cuda.get_device_name(i) for i in range(cuda.device_count())]
     return []
 
 

@@ -29,6 +29,7 @@ CLUSTER_SCRIPT = r"""
 import json, os, sys, threading, time
 os.environ["RAY_AUTH_MODE"] = "token"
 import ray
+import torch  # here, before the thread below: two threads importing it at once see it half-made
 from ray.cluster_utils import Cluster
 import raysoft
 
@@ -40,7 +41,7 @@ cluster.wait_for_nodes()
 out = sys.argv[2]
 if spec.get("remove_at"):
     def remove():  # take a worker node away once the run has checkpointed past the given round
-        import glob, torch
+        import glob
         while True:
             found = glob.glob(os.path.join(out, "*", "checkpoint.pt"))
             if found and torch.load(found[0], weights_only=False)["round"] >= spec["remove_at"]:
@@ -55,11 +56,26 @@ cluster.shutdown()
 """
 
 
+def _without_noise(stderr: str) -> str:
+    """``stderr`` without what the interpreter prints at exit as torch's finalizers outlive its
+    modules (each an "Exception ignored in: <finalize ...>" block ending in a TypeError): never
+    the cause, and enough of it hides the cause."""
+    kept, skipping = [], False
+    for line in stderr.splitlines():
+        if line.startswith("Exception ignored in: <finalize object"):
+            skipping = True
+        elif skipping and line.startswith("TypeError: 'NoneType'"):
+            skipping = False
+        elif not skipping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _on_cluster(tmp_path, config, **spec):
     spec = {"cpus": 1, "workers": 2, "config": config, **spec}
     proc = subprocess.run([sys.executable, "-c", CLUSTER_SCRIPT, json.dumps(spec), str(tmp_path / "cl")],
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, _without_noise(proc.stderr)[-3000:]
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
