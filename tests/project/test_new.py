@@ -97,4 +97,10 @@ def test_the_plugin_docs_torch_check_prints_what_the_doc_says(tmp_path):
     out = subprocess.run([sys.executable, "-c", command[len('python -c "'):-1]], capture_output=True, text=True,
                          cwd=tmp_path, check=True).stdout.split()
     assert out[0] == said.group(1) == "False" and out[2] == "kB"
-    assert abs(int(out[1]) - int(said.group(2))) < 0.2 * int(said.group(2))  # the RSS: not moved by sharing
+    # the RSS: the doc's number, within what another machine's install moves it (CI's clean clone
+    # printed 23% more), and far below the same command's with torch imported first
+    assert abs(int(out[1]) - int(said.group(2))) < 0.5 * int(said.group(2))
+    with_torch = subprocess.run([sys.executable, "-c", command[len('python -c "'):-1].replace("import sys;",
+                                                                                              "import sys, torch;")],
+                                capture_output=True, text=True, cwd=tmp_path, check=True).stdout.split()
+    assert with_torch[0] == "True" and int(out[1]) < 0.5 * int(with_torch[1])
