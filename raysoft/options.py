@@ -1,4 +1,4 @@
-"""The command-line options that raysoft's commands and the job scripts of ``jobs/`` share, each
+"""The command-line options that raysoft's commands and the analysis scripts of ``analysis/`` share, each
 defined once: ``--set`` (config overrides), ``--address`` and ``--token-file`` (joining a cluster)
 and ``--progress``. argparse, the standard library's, builds every command: its usage errors are
 the one-line exit-2 refusals the rest of raysoft gives (docs/architecture.md#libraries)."""

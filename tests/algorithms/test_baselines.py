@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from support.configs import small_config
-from support.paths import JOBS
+from support.paths import ANALYSIS
 
 import raysoft
 from raysoft.algorithms import WeightedMean
@@ -206,7 +206,7 @@ def test_weights_by_majority_script_groups_clients_by_their_majority_distributio
 
     import pandas as pd
 
-    sys.path.insert(0, str(JOBS))
+    sys.path.insert(0, str(ANALYSIS))
     from weights_by_majority import main, table
 
     r = raysoft.run(small_config(algorithm={"name": "fedem", "rounds": 2, "clients_per_round": 4}), out=tmp_path)

@@ -167,7 +167,7 @@ def _local_on_fpfc_data(tmp_path, rounds, epochs, per_round, batched="auto"):
 
 @pytest.mark.parametrize("batched", ["on", "off"])
 def test_the_reference_local_baseline_trains_every_device_every_round(tmp_path, batched):
-    """FPFC's Local baseline at the reference budget (jobs/fpfc_table.py: clients_per_round = m)
+    """FPFC's Local baseline at the reference budget (analysis/fpfc_table1.py: clients_per_round = m)
     gives every device rounds x local steps of full-batch gradient descent: 3 rounds of 2 steps
     are one round of 6 steps (plain SGD, full batch: no state, no randomness). Drawing half of
     the devices a round is a different, smaller budget. The batched run's lognormal device

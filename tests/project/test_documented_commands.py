@@ -3,8 +3,8 @@
 A command is a line of a fenced ``sh`` block (continuation lines joined, comments dropped).
 Each is one of:
 
-- **run**: ``raysoft ...``, ``.venv/bin/raysoft ...`` and ``.venv/bin/python jobs/...``, run in a
-  copy of ``jobs/`` (so that nothing is written into the tree), in a fresh shell's environment,
+- **run**: ``raysoft ...``, ``.venv/bin/raysoft ...`` and ``.venv/bin/python analysis/...``, run in a
+  copy of ``jobs/`` and ``analysis/`` (so that nothing is written into the tree), in a fresh shell's environment,
   and must exit 0. The README's and docs/running.md's commands (a newcomer's first hour) run
   exactly as printed. The paper-scale commands of docs/results.md and docs/performance.md take
   hours as printed: they run with the small settings of :data:`SMALL` added (mostly ``--set``),
@@ -56,15 +56,15 @@ IMAGES = ["--set", "algorithm.rounds=1", "--set", "data.clients=4", "--set", "al
 
 # the settings added to a command, by the script or config it runs (the first match)
 SMALL: list[tuple[str, list[str]]] = [
-    ("jobs/fedsoft_tables.py", ["--seeds", "0", *SYNTH, *TINY]),
-    ("jobs/fpfc_table.py", ["--seeds", "0", "--methods", "fpfc", "local", "--rounds", "2", "--set", "data.clients=8",
-                            "--set", "algorithm.clients_per_round=4", *TINY]),
-    ("jobs/ccfl_pretraining.py", ["--uploads", "2", "--epochs", "1", *STREAM, *TINY]),
-    ("jobs/ccfl_table1.py", ["--ks", "2", "--clients-per-cluster", "2", "--cycles", "1", "--public", "20",
-                             "--set", "data.samples_min=20", "--set", "data.samples_max=30", *TINY]),
-    ("jobs/ccfl_variants.py", [*STREAM, *TINY]),
-    ("jobs/fedsoft_fmnist_sweep.py", ["--rounds", "1", "--eval-every", "1", *IMAGES[2:], *TINY]),
-    ("jobs/batching_bench.py", ["--repeats", "1"]),
+    ("analysis/fedsoft_synthetic_tables.py", ["--seeds", "0", *SYNTH, *TINY]),
+    ("analysis/fpfc_table1.py", ["--seeds", "0", "--methods", "fpfc", "local", "--rounds", "2",
+                                 "--set", "data.clients=8", "--set", "algorithm.clients_per_round=4", *TINY]),
+    ("analysis/ccfl_pretraining_epochs.py", ["--uploads", "2", "--epochs", "1", *STREAM, *TINY]),
+    ("analysis/ccfl_table1.py", ["--ks", "2", "--clients-per-cluster", "2", "--cycles", "1", "--public", "20",
+                                 "--set", "data.samples_min=20", "--set", "data.samples_max=30", *TINY]),
+    ("analysis/ccfl_staleness.py", [*STREAM, *TINY]),
+    ("analysis/fedsoft_fmnist_sweep.py", ["--rounds", "1", "--eval-every", "1", *IMAGES[2:], *TINY]),
+    ("analysis/batched_clients_speed.py", ["--repeats", "1"]),
     ("ccfl_fmnist", [*STREAM, *TINY]),
     ("compare_fmnist", [*IMAGES, *TINY]),
     ("fedsoft_synthetic", [*SYNTH, "--set", "output.progress=none"]),
@@ -79,6 +79,7 @@ MAKE = re.compile(r"^make (\S+)$")
 CLOUD = ("ray up ", "ray rsync-down ", "ray dashboard ", "ray down ", "kubectl ", "RAY_AUTH_MODE=token RAY_AUTH_TOKEN")
 LOCAL_CLUSTER = ("cluster_configs/local.sh", "--address 127.0.0.1:6390", "--address http://127.0.0.1:8265")
 GPU = ("num_gpus_per_actor=", "train.device=cuda")  # commands that need a GPU (docs/running.md#on-gpus)
+SCRIPT = ".venv/bin/python analysis/"  # the scripts behind the docs' tables
 AS_PRINTED = ("README.md", "docs/running.md")  # the first hour's pages: their commands run exactly as printed
 
 
@@ -118,9 +119,9 @@ def kind(doc: str, command: str) -> str:
         return "local_cluster"
     if any(part in command for part in GPU) and command.startswith(("raysoft ", ".venv/bin/raysoft ")):
         return "gpu"
-    if SYNOPSIS.search(command) and not command.startswith(".venv/bin/python jobs/"):
+    if SYNOPSIS.search(command) and not command.startswith(SCRIPT):
         return "synopsis"
-    if command.startswith(("raysoft ", ".venv/bin/raysoft ", ".venv/bin/python jobs/")):
+    if command.startswith(("raysoft ", ".venv/bin/raysoft ", SCRIPT)):
         return "run"
     return "unknown"
 
@@ -160,7 +161,8 @@ def _fresh_env() -> dict[str, str]:
 
 
 def _workdir(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "jobs", tmp_path / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("jobs", "analysis"):  # the analysis scripts read the job configs beside them
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
 
@@ -175,7 +177,7 @@ def test_a_documented_command_runs(tmp_path, doc, command):
     ran = subprocess.run([*_argv(command), *_small(doc, command)], cwd=_workdir(tmp_path), env=_fresh_env(),
                          capture_output=True, text=True, timeout=1200)
     assert ran.returncode == 0, f"{doc}: {command}\n{ran.stderr[-3000:]}"
-    assert list((tmp_path / "runs").rglob("*.parquet")) or "batching_bench" in command
+    assert list((tmp_path / "runs").rglob("*.parquet")) or "batched_clients_speed" in command
 
 
 GPU_RUNS = [(d, c) for d, c in ALL if kind(d, c) == "gpu"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from support.configs import small_config, stream_config
 from support.images import write_fmnist
-from support.paths import JOBS
+from support.paths import ANALYSIS
 
 import raysoft
 from raysoft.algorithms.stream import kl_divergence
@@ -331,11 +331,11 @@ def test_compare_runs_the_three_stream_methods_and_prints_table_1(tmp_path, fm):
     assert f"| ccfl | {table.loc['ccfl', 'cli_bfr']:.3f} | {table.loc['ccfl', 'cli_aft']:.3f} |" in md
     with pytest.raises(raysoft.ConfigError, match="fedsoft runs synchronous rounds"):
         compare(stream_config(fm), ["ccfl", "fedsoft"], out=tmp_path)
-    # jobs/ccfl_estimate_cap.py reads the comparison: the cap and the measured estimates
+    # analysis/ccfl_estimate_cap.py reads the comparison: the cap and the measured estimates
     import subprocess
     import sys
 
-    script = JOBS / "ccfl_estimate_cap.py"
+    script = ANALYSIS / "ccfl_estimate_cap.py"
     out = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, check=True).stdout
     row = next(line for line in out.splitlines() if line.startswith(f"| {path} |"))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -3,7 +3,7 @@ CPU to be summed there (docs/performance.md#on-a-gpu): 60 copies of W2's CNN (1,
 parameters, 6.65 MB) into new CPU memory, their n_k-weighted sum, and the finiteness check of
 each, on one thread, three times.
 
-    .venv/bin/python jobs/update_copies.py
+    .venv/bin/python analysis/update_copies_on_cpu.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How close can CCFL's estimate get to the truth? (CCFL, ICLR 2024 submission: Algorithm 1,
 Table 2, Appendix A.1; docs/algorithms.md#ccfl-estimate-cap)
 
-    .venv/bin/python jobs/ccfl_estimate_cap.py [RUN_DIR ...]
+    .venv/bin/python analysis/ccfl_estimate_cap.py [RUN_DIR ...]
 
 For each row of Table 2 (dataset, K, A) it prints the largest weight Algorithm 1 can give
 one cluster while every bar-shifted value is non-negative (raysoft.algorithms.ccfl.

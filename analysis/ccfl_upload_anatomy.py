@@ -1,6 +1,6 @@
 """Where a W3 upload's time goes, and a W4-FedSoft estimation (docs/performance.md).
 
-    .venv/bin/python jobs/w3_anatomy.py [--clients 6]
+    .venv/bin/python analysis/ccfl_upload_anatomy.py [--clients 6]
 
 On one torch thread (as a client actor runs), for the first ``--clients`` clients of W3 (CCFL,
 K = 4, the 16/32/128 CNN, Adam, batch 128, one epoch) it times the parts of one upload: the

@@ -1,6 +1,6 @@
 """How FPFC's server state grows with the number of devices m and the model size d.
 
-    .venv/bin/python jobs/fpfc_memory.py [--m 50 100 200 400] [--classes 10] [--dims 60 600]
+    .venv/bin/python analysis/fpfc_server_memory.py [--m 50 100 200 400] [--classes 10] [--dims 60 600]
 
 For each (m, d) it builds the server state the way FPFC does (w [m, d]; theta and v, one row per
 unordered pair, [m(m-1)/2, d] float32 each), runs one server update (zeta for 30% of the

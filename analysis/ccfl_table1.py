@@ -3,7 +3,7 @@ rotated Fashion-MNIST streams for K = 2, 3, 4, 6, each K with its Table 2 row
 (jobs/ccfl_fmnist_k{K}.yaml) but fewer clients and cycles and smaller server sets, and the two
 departures of jobs/ccfl_fmnist_k4_small.yaml.
 
-    .venv/bin/python jobs/ccfl_table1.py [--ks 2 3 4 6] [--clients-per-cluster 4] [--cycles 25]
+    .venv/bin/python analysis/ccfl_table1.py [--ks 2 3 4 6] [--clients-per-cluster 4] [--cycles 25]
                                          [--public 400] [--set k=v ...] [--out runs/ccfl_table1]
 
 Each K is one ``raysoft compare`` (its comparison directory holds the three runs); one Markdown
@@ -23,7 +23,7 @@ from raysoft.compare import algorithm_configs, compare
 from raysoft.config import ConfigError, load_raw
 from raysoft.options import add_overrides
 
-JOBS = Path(__file__).parent
+JOBS = Path(__file__).parent.parent / "jobs"  # the job configs, beside this folder
 # as jobs/ccfl_fmnist_k4_small.yaml (which says why): F on the paper's scale, Adam lr 0.001, the
 # smaller CNN
 DEPARTURES = ["algorithm.loss_reduction=paper_scale", "train.lr=0.001", "model.channels=[16, 32]",

@@ -1,6 +1,6 @@
 """What one client's persistent state costs, per algorithm (docs/performance.md#client-state).
 
-    .venv/bin/python jobs/client_state_cost.py [--config jobs/compare_fmnist.yaml]
+    .venv/bin/python analysis/client_state_bytes.py [--config jobs/compare_fmnist.yaml]
 
 Runs one round of every synchronous algorithm on 4 clients of the config's data and model (all
 of them training), checkpoints it, and prints the bytes of each client's state as
@@ -29,7 +29,7 @@ VARIANTS = {"fedsoft (sgd + momentum)": ("fedsoft", []), "fedsoft (adam)": ("fed
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default=str(Path(__file__).parent / "compare_fmnist.yaml"))
+    ap.add_argument("--config", default=str(Path(__file__).parent.parent / "jobs" / "compare_fmnist.yaml"))
     args = ap.parse_args()
     print("| algorithm | MB per client | parameters in it |\n|---|---|---|")
     for label, (algo, extra) in VARIANTS.items():

@@ -1,6 +1,6 @@
 """Where a W2 round's time and memory go (docs/performance.md): the figures behind the analysis.
 
-    .venv/bin/python jobs/w2_anatomy.py
+    .venv/bin/python analysis/fedavg_cnn_round_anatomy.py
 
 Prints, for W2 of `raysoft bench` (FedAvg, the 32/64/512 CNN, batch 32, 60 of 100 clients):
 1. FLOP of one training step per sample (``torch.utils.flop_counter``) and the samples trained
@@ -52,7 +52,7 @@ def _child(threads: int, steps: int) -> str:
     here = str(Path(__file__).parent)
     code = (
         f"import torch; torch.set_num_threads({threads}); import sys; sys.path.insert(0, {here!r}); "
-        f"from w2_anatomy import seconds_per_step; print(seconds_per_step(32, {steps}))"
+        f"from fedavg_cnn_round_anatomy import seconds_per_step; print(seconds_per_step(32, {steps}))"
     )
     return code
 

@@ -2,7 +2,7 @@
 true clusters, how many clusters each threshold nu gives, and the devices' mean test accuracy
 after averaging within those clusters (docs/results.md#fpfc-synthetic-data).
 
-    .venv/bin/python jobs/fpfc_pair_norms.py [--rounds 2000] [--nu 1 2 4] [--set k=v ...]
+    .venv/bin/python analysis/fpfc_pair_norms.py [--rounds 2000] [--nu 1 2 4] [--set k=v ...]
 
 Runs jobs/fpfc_synthetic.yaml as FPFC-l1 with the reference README's lambda 0.2 and the reference
 pair schedule (``--set algorithm.name=fpfc`` for SCAD), in-process, with a checkpoint one round
@@ -25,7 +25,7 @@ from raysoft.models import build_model
 from raysoft.options import add_overrides
 from raysoft.params import set_flat
 
-JOB = Path(__file__).parent / "fpfc_synthetic.yaml"
+JOB = Path(__file__).parent.parent / "jobs" / "fpfc_synthetic.yaml"
 
 
 def mean_accuracy(fed: Federation, model: torch.nn.Module, w: np.ndarray) -> float:

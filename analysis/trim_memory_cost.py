@@ -1,6 +1,6 @@
 """What ``ray.trim_memory`` costs in time (docs/performance.md, "What the trim costs").
 
-    .venv/bin/python jobs/trim_cost.py [--workload W1 W3] [--pairs 2]
+    .venv/bin/python analysis/trim_memory_cost.py [--workload W1 W3] [--pairs 2]
 
 Runs each workload of the bench on Ray with ``ray.trim_memory`` on and off, alternately
 (``--pairs`` times each, so that both settings share the machine's state), and prints the

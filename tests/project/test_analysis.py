@@ -1,26 +1,27 @@
-"""The job scripts refuse a bad ``--set`` before their first run: one argparse line, exit 2,
-nothing written."""
+"""The analysis scripts (analysis/: the tables of the docs) refuse a bad ``--set`` or option before
+their first run: one argparse line, exit 2, nothing written; they start, and every name they import
+from raysoft exists."""
 
 import subprocess
 import sys
 
 import pytest
-from support.paths import JOBS
+from support.paths import ANALYSIS
 
 
 @pytest.mark.parametrize("script, args", [
-    ("fpfc_table.py", ["--methods", "ifca", "--seeds", "0"]),
-    ("fedsoft_tables.py", ["--seeds", "0"]),
+    ("fpfc_table1.py", ["--methods", "ifca", "--seeds", "0"]),
+    ("fedsoft_synthetic_tables.py", ["--seeds", "0"]),
     ("fedsoft_fmnist_sweep.py", ["--fedavg"]),
     ("ccfl_table1.py", ["--ks", "2"]),
-    ("ccfl_pretraining.py", ["--epochs", "1"]),
-    ("round_times.py", ["W1"]),
+    ("ccfl_pretraining_epochs.py", ["--epochs", "1"]),
+    ("bench_round_times.py", ["W1"]),
     ("fpfc_pair_norms.py", []),
-    ("ccfl_variants.py", ["--variant", "x: algorithm.a=0"]),
+    ("ccfl_staleness.py", ["--variant", "x: algorithm.a=0"]),
 ])
 @pytest.mark.slow
 def test_a_bad_override_is_one_line_before_any_run(script, args, tmp_path):
-    proc = subprocess.run([sys.executable, str(JOBS / script), *args, "--set", "algorithm.bogus=1"],
+    proc = subprocess.run([sys.executable, str(ANALYSIS / script), *args, "--set", "algorithm.bogus=1"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -29,8 +30,8 @@ def test_a_bad_override_is_one_line_before_any_run(script, args, tmp_path):
 
 
 @pytest.mark.slow
-def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_staleness(tmp_path):
-    """jobs/ccfl_variants.py on a tiny stream: a = 0 (alpha2 = 1), b = the number of clients, and
+def test_ccfl_staleness_the_clocks_that_never_throttle_give_the_run_without_staleness(tmp_path):
+    """analysis/ccfl_staleness.py on a tiny stream: a = 0 (alpha2 = 1), b = the number of clients, and
     the client-cycle clock at b = 5 give the same run to the last digit (a fresh upload's gap is
     below N uploads, one cycle: docs/algorithms.md#ccfl-staleness-clock), and alpha2 = 1 for
     every update; the upload clock as written may throttle (its row has its own share)."""
@@ -42,7 +43,7 @@ def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_stale
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(stream_config(tmp_path / "fm", rounds=30, eval_every=10)))
     proc = subprocess.run(
-        [sys.executable, str(JOBS / "ccfl_variants.py"), "--job", str(job), "--out", str(tmp_path / "runs"),
+        [sys.executable, str(ANALYSIS / "ccfl_staleness.py"), "--job", str(job), "--out", str(tmp_path / "runs"),
          "--variant", "as written", "--variant", "no staleness: algorithm.a=0",
          "--variant", "b = N: algorithm.b=CLIENTS", "--variant", "cycles: algorithm.staleness_clock=client_cycles"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -55,41 +56,42 @@ def test_ccfl_variants_the_clocks_that_never_throttle_give_the_run_without_stale
     assert rows["no staleness"][7] == rows["b = N"][7] == rows["cycles"][7] == "100%"  # alpha2 = 1
 
 
-@pytest.mark.parametrize("script", ["side_by_side.py", "trim_cost.py", "w3_anatomy.py", "w4_backends.py"])
+@pytest.mark.parametrize("script", ["two_actor_rates.py", "trim_memory_cost.py", "ccfl_upload_anatomy.py",
+                                    "fedsoft_ray_overhead.py"])
 @pytest.mark.slow
-def test_the_measurement_jobs_start(script, tmp_path):
-    """The performance jobs docs/performance.md quotes (minutes each, run by hand) import and parse
+def test_the_measurement_scripts_start(script, tmp_path):
+    """The performance scripts docs/performance.md quotes (minutes each, run by hand) import and parse
     their options."""
-    proc = subprocess.run([sys.executable, str(JOBS / script), "--help"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(ANALYSIS / script), "--help"], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:") and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("script, args, message", [
-    ("side_by_side.py", ["--repeats", "0"], "--repeats: calls timed per process, at least 1 (got 0)"),
-    ("trim_cost.py", ["--pairs", "0"], "--pairs: runs of each setting, at least 1 (got 0)"),
-    ("trim_cost.py", ["--workload", "W9"], "--workload: unknown workload 'W9' (known: W1, W2, W3, W4, W5)"),
-    ("w4_backends.py", ["--rounds", "0"], "--rounds: rounds of each run, at least 1 (got 0)"),
+    ("two_actor_rates.py", ["--repeats", "0"], "--repeats: calls timed per process, at least 1 (got 0)"),
+    ("trim_memory_cost.py", ["--pairs", "0"], "--pairs: runs of each setting, at least 1 (got 0)"),
+    ("trim_memory_cost.py", ["--workload", "W9"], "--workload: unknown workload 'W9' (known: W1, W2, W3, W4, W5)"),
+    ("fedsoft_ray_overhead.py", ["--rounds", "0"], "--rounds: rounds of each run, at least 1 (got 0)"),
 ])
 @pytest.mark.slow
-def test_the_measurement_jobs_refuse_bad_options_in_one_line(script, args, message, tmp_path):
-    proc = subprocess.run([sys.executable, str(JOBS / script), *args], capture_output=True, text=True,
+def test_the_measurement_scripts_refuse_bad_options_in_one_line(script, args, message, tmp_path):
+    proc = subprocess.run([sys.executable, str(ANALYSIS / script), *args], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == f"{script}: error: {message}"
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in JOBS.glob("*.py")))
-def test_every_name_a_job_script_imports_from_raysoft_exists(script):
-    # jobs/w2_anatomy.py imported a function that had been removed from raysoft.bench, unnoticed
-    # until it was run; a name moved or removed is now found here
+@pytest.mark.parametrize("script", sorted(p.name for p in ANALYSIS.glob("*.py")))
+def test_every_name_an_analysis_script_imports_from_raysoft_exists(script):
+    # analysis/fedavg_cnn_round_anatomy.py (then jobs/w2_anatomy.py) imported a function that had been
+    # removed from raysoft.bench, unnoticed until it was run; a name moved or removed is now found here
     import ast
     import importlib
     import importlib.util
 
-    tree = ast.parse((JOBS / script).read_text())
+    tree = ast.parse((ANALYSIS / script).read_text())
     missing = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "raysoft":

@@ -2,7 +2,7 @@
 L = 4), FedAvg and Local on FPFC's synthetic data (m = 100 devices in L = 4 clusters), over
 several seeds, each method at the reference code's own budget.
 
-    .venv/bin/python jobs/fpfc_table.py [--seeds 0 1 2 3 4] [--methods fpfc local ...] [--set k=v ...]
+    .venv/bin/python analysis/fpfc_table1.py [--seeds 0 1 2 3 4] [--methods fpfc local ...] [--set k=v ...]
 
 Every method uses jobs/fpfc_synthetic.yaml's data, model and local solver (10 full-batch
 gradient steps, lr 0.1) for 2000 rounds (``--rounds`` changes it). The budgets are the reference
@@ -40,7 +40,7 @@ import raysoft
 from raysoft.config import ConfigError
 from raysoft.options import add_overrides
 
-JOB = Path(__file__).parent / "fpfc_synthetic.yaml"
+JOB = Path(__file__).parent.parent / "jobs" / "fpfc_synthetic.yaml"
 M = 100  # devices in the job
 METHODS: dict[str, list[str]] = {
     "fpfc": ["algorithm.pairs=code"],
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--rounds", type=int, default=raysoft.load_config(JOB).algorithm.rounds)
-    ap.add_argument("--out", default="runs/fpfc_table")
+    ap.add_argument("--out", default="runs/fpfc_table1")
     add_overrides(ap)
     args = ap.parse_args()
     try:  # every run's config checked before the first run starts

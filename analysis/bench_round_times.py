@@ -1,6 +1,6 @@
 """Per-round seconds and the client actors' loads of a bench workload (docs/performance.md#scale).
 
-    .venv/bin/python jobs/round_times.py W2 [--rounds 7] [--set ray.balance=clients ...]
+    .venv/bin/python analysis/bench_round_times.py W2 [--rounds 7] [--set ray.balance=clients ...]
 
 Runs one bench workload (W1, W2, W4:fedavg, W4:fedsoft, W4:fedavg@300, ...) on local Ray, as
 ``raysoft bench`` does but in this process and without the memory sampler, and prints one line

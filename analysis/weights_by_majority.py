@@ -4,7 +4,7 @@ step recorded in ``weights.parquet`` this prints each group's mean weight of eve
 beside the group's true mean shares (``clients.parquet``). The FedEM figures of docs/results.md come
 from it.
 
-    .venv/bin/python jobs/weights_by_majority.py RUN_DIR [--steps 0,10,30]
+    .venv/bin/python analysis/weights_by_majority.py RUN_DIR [--steps 0,10,30]
 
 Centers are not matched to distributions here: read center c of a group against the share of
 the distribution that center serves (the comparison table's best-center indices).

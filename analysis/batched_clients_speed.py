@@ -2,7 +2,7 @@
 one torch thread, as inside a client actor): the measurement behind `train.batched_clients:
 auto` (docs/performance.md).
 
-    .venv/bin/python jobs/batching_bench.py [--repeats 3]
+    .venv/bin/python analysis/batched_clients_speed.py [--repeats 3]
 
 For W1's linear regression (FedSoft, 50 clients: one actor's block of 100 on 2 actors; and 10)
 and W2's CNN (FedAvg, 10 clients), it times one `train` call of the host with

@@ -2,7 +2,7 @@
 lambda, where a local solve starts (``algorithm.start``) and the optimiser, to find whether any
 documented setting gives FedSoft's centers the accuracy of FedAvg's global model.
 
-    .venv/bin/python jobs/fedsoft_fmnist_sweep.py [--settings start=mixture,opt=sgd,lam=0.1 ...]
+    .venv/bin/python analysis/fedsoft_fmnist_sweep.py [--settings start=mixture,opt=sgd,lam=0.1 ...]
         [--rounds 25] [--eval-every 5] [--fedavg] [--set k=v ...]
 
 Every setting runs the comparison's clients, data, seed, CNN, batch 32 and one local epoch (the
@@ -30,7 +30,7 @@ from raysoft.options import add_overrides
 from raysoft.report.analysis import local_means
 from raysoft.report.load import load_run
 
-JOB = Path(__file__).parent / "compare_fmnist.yaml"
+JOB = Path(__file__).parent.parent / "jobs" / "compare_fmnist.yaml"
 OPTIMISERS = {
     "sgd": ["train.optimizer=sgd", "train.lr=0.05", "train.momentum=0.9"],
     "adam": ["train.optimizer=adam", "train.lr=0.0005", "train.momentum=0.0"],

@@ -2,8 +2,8 @@
 the cluster models) and how stale CCFL's uploads were and how much the staleness factor held
 their updates back (from ``estimation.parquet``).
 
-    .venv/bin/python jobs/ccfl_variants.py [--job jobs/ccfl_fmnist_k4_small.yaml] [--set k=v ...]
-        [--variant "LABEL: k=v k=v" ...] [--out runs/ccfl_variants]
+    .venv/bin/python analysis/ccfl_staleness.py [--job jobs/ccfl_fmnist_k4_small.yaml] [--set k=v ...]
+        [--variant "LABEL: k=v k=v" ...] [--out runs/ccfl_staleness]
 
 ``--set`` applies to every run, ``--variant`` to one (no variant: the job as it is). Without
 ``--variant`` the defaults are the staleness readings of docs/algorithms.md#ccfl-staleness-clock:
@@ -11,7 +11,7 @@ Algorithm 2 as written (every upload an epoch), no staleness factor (``a = 0``),
 every client on the upload clock, the client-cycle clock and the cluster-update clock. E.g. the
 small job scaled to the paper's 80 clients (docs/results.md#ccfl-how-stale-is-a-fresh-upload):
 
-    .venv/bin/python jobs/ccfl_variants.py --set data.clients=80 --set algorithm.cycles=5 \\
+    .venv/bin/python analysis/ccfl_staleness.py --set data.clients=80 --set algorithm.cycles=5 \\
         --set algorithm.eval_every=80 --set ray.backend=inprocess
 
 Columns: ``t - tau`` is the median staleness of the fresh uploads (uploads since the client's
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from ccfl_pretraining import own_accuracy  # this folder is first on sys.path when run as a script
+from ccfl_pretraining_epochs import own_accuracy  # this folder is first on sys.path when run as a script
 
 import raysoft
 from raysoft.config import ConfigError
@@ -70,11 +70,11 @@ def staleness(run_dir: Path, alpha0: float) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--job", default=str(Path(__file__).parent / "ccfl_fmnist_k4_small.yaml"))
+    ap.add_argument("--job", default=str(Path(__file__).parent.parent / "jobs" / "ccfl_fmnist_k4_small.yaml"))
     add_overrides(ap)
     ap.add_argument("--variant", action="append", default=[],
                     help='"LABEL: k=v k=v"; CLIENTS in a value stands for data.clients')
-    ap.add_argument("--out", default="runs/ccfl_variants")
+    ap.add_argument("--out", default="runs/ccfl_staleness")
     args = ap.parse_args()
     variants = [parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS)]
     try:  # every run's config checked before the first run starts

@@ -1,6 +1,6 @@
 """How two one-thread processes share this machine's cores (docs/performance.md#what-two-one-thread-actors-can-do).
 
-    .venv/bin/python jobs/side_by_side.py [--repeats 3]
+    .venv/bin/python analysis/two_actor_rates.py [--repeats 3]
 
 The floors of W3 and W4 price their work at the fp32 matrix-multiply rate of all the machine's
 threads; raysoft runs it in one-thread actors, one per core. This job measures what two such

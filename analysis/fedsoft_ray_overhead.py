@@ -1,12 +1,12 @@
 """What running on Ray adds to a W4-FedSoft round (docs/performance.md#where-a-w3-upload-goes).
 
-    .venv/bin/python jobs/w4_backends.py [--rounds 3]
+    .venv/bin/python analysis/fedsoft_ray_overhead.py [--rounds 3]
 
 Runs the bench's W4-FedSoft (N = 1,000) for ``--rounds`` rounds in one process
 (``ray.backend: inprocess``: every client on one thread, one after another) and on Ray (two
 one-thread client actors), each in a fresh process, and prints each round's seconds on both and
 their ratio. Two one-thread actors side by side run these kernels at 1.9-2.0x one thread
-(jobs/side_by_side.py), so a ratio well below that is what the Ray backend adds: moving centers
+(analysis/two_actor_rates.py), so a ratio well below that is what the Ray backend adds: moving centers
 and states, the coordinator, an actor left idle. The results are the same on both backends
 (tests/e2e/test_digests.py).
 """

@@ -2,8 +2,8 @@
 models pre-trained for different numbers of epochs (``algorithm.pretrain_epochs``, which the
 paper does not give; the jobs use 5).
 
-    .venv/bin/python jobs/ccfl_pretraining.py [--job jobs/ccfl_fmnist_k4_small.yaml]
-        [--epochs 5 20 50] [--uploads N] [--set k=v ...] [--out runs/ccfl_pretraining]
+    .venv/bin/python analysis/ccfl_pretraining_epochs.py [--job jobs/ccfl_fmnist_k4_small.yaml]
+        [--epochs 5 20 50] [--uploads N] [--set k=v ...] [--out runs/ccfl_pretraining_epochs]
 
 One Markdown row per value, printed as soon as its run is done: the cluster models' accuracy on
 their own distribution straight after pre-training (the evaluation at upload 0) and at the end,
@@ -32,10 +32,10 @@ def own_accuracy(metrics: pd.DataFrame, step: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--job", default=str(Path(__file__).parent / "ccfl_fmnist_k4_small.yaml"))
+    ap.add_argument("--job", default=str(Path(__file__).parent.parent / "jobs" / "ccfl_fmnist_k4_small.yaml"))
     ap.add_argument("--epochs", type=int, nargs="+", default=[5, 20, 50])
     ap.add_argument("--uploads", type=int, default=0, help="uploads T of each run; 0: the job's")
-    ap.add_argument("--out", default="runs/ccfl_pretraining")
+    ap.add_argument("--out", default="runs/ccfl_pretraining_epochs")
     add_overrides(ap)
     args = ap.parse_args()
     if args.uploads < 0 or min(args.epochs) < 0:

@@ -1,6 +1,6 @@
 """The sum chain's latency against the number of client actors (docs/performance.md#the-sum-chain).
 
-    .venv/bin/python jobs/chain_latency.py [--actors 1 2 4 8 16] [--clients 32] [--repeats 5]
+    .venv/bin/python analysis/sum_chain_latency.py [--actors 1 2 4 8 16] [--clients 32] [--repeats 5]
 
 FedAvg's round sum made in the actors (``ray.reduce_in_actors``): each actor adds its clients'
 weighted updates to the partial sum it receives and passes it on, in client-id order. This job

@@ -1,6 +1,6 @@
 """Reproduce FedSoft's synthetic tables (FedSoft, AAAI'22: Table 1, S = 2; Table 3, S = 8).
 
-    .venv/bin/python jobs/fedsoft_tables.py [--seeds 0 1 2] [--out runs/tables] [--set k=v ...]
+    .venv/bin/python analysis/fedsoft_synthetic_tables.py [--seeds 0 1 2] [--out runs/tables] [--set k=v ...]
 
 Runs each jobs/fedsoft_synthetic*.yaml once per seed on local Ray and prints Markdown tables:
 the final test MSE of every center on every distribution's holdout set (averaged over seeds after
@@ -19,7 +19,7 @@ import raysoft
 from raysoft.config import ConfigError
 from raysoft.options import add_overrides
 
-JOBS = Path(__file__).parent
+JOBS = Path(__file__).parent.parent / "jobs"  # the job configs, beside this folder
 TABLE1 = ["fedsoft_synthetic.yaml", "fedsoft_synthetic_30_70.yaml", "fedsoft_synthetic_linear.yaml",
           "fedsoft_synthetic_random.yaml"]
 TABLE3 = ["fedsoft_synthetic_s8.yaml"]
