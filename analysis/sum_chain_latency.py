@@ -3,7 +3,7 @@
     .venv/bin/python analysis/sum_chain_latency.py [--actors 1 2 4 8 16] [--clients 32] [--repeats 5]
 
 FedAvg's round sum made in the actors (``ray.reduce_in_actors``): each actor adds its clients'
-weighted updates to the partial sum it receives and passes it on, in client-id order. This job
+weighted updates to the partial sum it receives and passes it on, in client-id order. This script
 starts a local Ray with 2 CPUs, places ``--clients`` clients of W2's model (the 28x28 CNN,
 1.66 M parameters, 6.6 MB a sum) on A actors (fractional CPUs), lets every client train once on
 8 images (so that each actor keeps its updates), and times the chain alone

@@ -3,7 +3,7 @@
     .venv/bin/python analysis/two_actor_rates.py [--repeats 3]
 
 The floors of W3 and W4 price their work at the fp32 matrix-multiply rate of all the machine's
-threads; raysoft runs it in one-thread actors, one per core. This job measures what two such
+threads; raysoft runs it in one-thread actors, one per core. This script measures what two such
 actors can do at once: each kernel below runs in one process on one thread alone, in one
 process on two threads, and in two one-thread processes side by side (started together at a
 barrier). The kernels are the ones a W3 upload and a W4-FedSoft estimation are
