@@ -73,7 +73,7 @@ def choose(spec: str, gpu_share: bool | None = None) -> torch.device:
     return torch.device("cuda") if has_cuda and gpu_share is not False else torch.device("cpu")
 
 
-def indexed(device: torch.device | str) -> torch.device:
+def with_index(device: torch.device | str) -> torch.device:
     """``device`` with its index (``cuda`` -> ``cuda:N``, the current one), so that it compares
     equal to its tensors' devices; the CPU as it is."""
     device = torch.device(device)
@@ -116,16 +116,27 @@ def deterministic(device: torch.device) -> Iterator[None]:
         torch.use_deterministic_algorithms(saved[4], warn_only=saved[5])
 
 
+def _state_of(obj: Any) -> dict[str, Any] | None:
+    """What pickling ``obj`` keeps of it, as a dict (its ``__getstate__``: an optimizer's without
+    the parameters it updates, a stream client's without its data), or None where that is not a
+    plain dict of attributes (the object is then a leaf: moved, counted and copied as it is)."""
+    if isinstance(obj, type) or not hasattr(obj, "__dict__") or callable(obj):
+        return None
+    state = obj.__getstate__()
+    return state if isinstance(state, dict) else None
+
+
 def tensors_in(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
-    """The tensors reachable from a client state (modules' parameters and buffers, optimizer
-    moments, plain tensors in dicts, lists and attributes), each once."""
+    """The tensors of a client state (modules' parameters and buffers, optimizer moments, plain
+    tensors in dicts, lists and attributes), each once: what its checkpoint and its moves carry
+    (an object's attributes as pickling keeps them, so never the parameters an optimizer updates)."""
     seen = set() if seen is None else seen
     if id(obj) in seen:
         return []
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         return [obj]
-    if isinstance(obj, torch.nn.Module):  # its tensors, each once (an optimizer holds them too)
+    if isinstance(obj, torch.nn.Module):
         own = [t for t in [*obj.parameters(), *obj.buffers()] if id(t) not in seen]
         seen.update(id(t) for t in own)
         return own
@@ -134,31 +145,71 @@ def tensors_in(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
         items = obj.values()
     elif isinstance(obj, (list, tuple)):
         items = obj
-    elif hasattr(obj, "__dict__"):
-        items = vars(obj).values()
     else:
-        return []
+        state = _state_of(obj)
+        if state is None:
+            return []
+        items = state.values()
     return [t for v in items for t in tensors_in(v, seen)]
 
 
-def move_in_place(state: Any, device: torch.device) -> Any:
-    """Move every tensor of a freshly built client state to ``device``, in place (modules'
-    parameters, optimizer moments, plain tensors: the objects stay, so an optimizer still holds
-    its model's parameters)."""
-    for t in tensors_in(state):
-        if t.device != device:
-            t.data = t.data.to(device)
-    return state
+def _tensor_to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``, copied once: asynchronously onto a GPU (from the CPU or another GPU
+    stream-ordered, so later work on the device sees it), synchronously off one (a CPU copy is
+    read as soon as it is made). A parameter stays a parameter."""
+    data = t.detach().to(device, non_blocking=device.type == "cuda")
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(data, requires_grad=t.requires_grad)
+    return data.requires_grad_() if t.requires_grad and t.is_leaf else data
 
 
-def moved(state: Any, device: torch.device) -> Any:
-    """A client state with every tensor on ``device``: the state itself where it is there already,
-    else a deep copy (the original stays where it was)."""
-    if all(t.device == device for t in tensors_in(state)):
-        return state
-    state = copy.deepcopy(state)
-    move_in_place(state, device)
-    return state
+def state_to_device(state: Any, device: torch.device) -> Any:
+    """A client state with every tensor on ``device``, in one walk that copies each tensor once
+    (no deep copy first): the parts whose tensors are all there already are returned as they are
+    (the whole state where it is there already), the rest rebuilt around the moved tensors; the
+    original stays where it was. Containers as :func:`~raysoft.tree.map_leaves` walks them (dicts,
+    lists, tuples); other objects (dataclasses, optimizers, a plug-in's classes) through what
+    pickling keeps of them (``__getstate__``), so an optimizer moves its moments without the
+    parameters it updates (a host's shared scratch model is never copied into a state) and comes
+    back unbound; a module is copied around its moved parameters and buffers. Tensors shared
+    within the state stay shared."""
+    memo: dict[int, tuple[Any, Any]] = {}  # id -> (the object, kept alive so that its id stays its own; its move)
+
+    def walk(obj: Any) -> Any:
+        key = id(obj)
+        if key in memo:
+            return memo[key][1]
+        out = obj
+        if isinstance(obj, torch.Tensor):
+            out = obj if obj.device == device else _tensor_to(obj, device)
+        elif isinstance(obj, torch.nn.Module):
+            tensors = [*obj.parameters(), *obj.buffers()]
+            if any(t.device != device for t in tensors):
+                inner = {id(t): walk(t) for t in tensors}
+                out = copy.deepcopy(obj, inner)  # the module's structure; its tensors are the moved ones
+        elif isinstance(obj, dict):
+            items = {k: walk(v) for k, v in obj.items()}
+            if any(items[k] is not v for k, v in obj.items()):
+                out = type(obj)(items)
+        elif isinstance(obj, (list, tuple)):
+            values = [walk(v) for v in obj]
+            if any(new is not old for new, old in zip(values, obj)):
+                out = type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
+        else:
+            state = _state_of(obj)
+            if state is not None:
+                new_state = {k: walk(v) for k, v in state.items()}
+                if any(new_state[k] is not v for k, v in state.items()):
+                    cls: Any = type(obj)
+                    out = cls.__new__(cls)  # as pickling makes it (copyreg.__newobj__), then its state
+                    if hasattr(out, "__setstate__"):
+                        out.__setstate__(new_state)
+                    else:
+                        out.__dict__.update(new_state)
+        memo[key] = (obj, out)
+        return out
+
+    return walk(state)
 
 
 # torch's factories: without ``device=`` they make a tensor on the CPU

@@ -102,6 +102,7 @@ def proximal_train(
     """
     model.train()
     params = [p for p in model.parameters()]
+    optimizer.bind(params)  # it updates ``model``: a kept optimizer comes back unbound from a move or a checkpoint
     target = views_like(pull_target, model) if pull_target is not None else None
     n = int(y.shape[0])
     total = torch.zeros((), dtype=torch.float64, device=y.device)

@@ -3,6 +3,7 @@ and two guards over the source against the GPU bugs a CPU run cannot show (a CUD
 into numpy directly; a client op making a tensor on the CPU beside its device's data)."""
 
 import ast
+import io
 
 import numpy as np
 import pytest
@@ -16,14 +17,13 @@ from raysoft.devices import (
     choose,
     client_functions,
     device_slips,
-    move_in_place,
-    moved,
+    state_to_device,
     tensors_in,
     to_device,
     to_numpy,
 )
 from raysoft.errors import ConfigError
-from raysoft.optim import Adam
+from raysoft.optim import SGD, Adam
 
 # the files the guards read: the package and the example plug-ins. raysoft/bench is left out: its
 # bare loops and peer harnesses are hand-written references that run where they are told
@@ -62,25 +62,82 @@ def test_cuda_on_ray_without_gpu_shares_is_refused_before_anything_runs():
     parse_config(small_config(train={"device": "cuda"}, ray={"backend": "inprocess"}))  # checked when the host starts
 
 
-def test_a_fresh_client_state_moves_whole_to_the_device():
-    """Every tensor of a state is found and moved in place: the model's parameters, the
-    optimizer's moments (made on the CPU beside them) and plain tensors, each once; the optimizer
-    then still holds the model's parameters. (No second device here: what moves is checked;
-    ``meta`` cannot stand in, as a CPU tensor's ``.data`` cannot be set to a meta tensor.)"""
+class _State:
+    def __init__(self):
+        self.model = torch.nn.Linear(3, 2)
+        self.opt = Adam(self.model.parameters(), lr=0.1)
+        self.pi = torch.full((2,), 0.5)
+        self.counts = np.zeros(2)
 
-    class State:
-        def __init__(self):
-            self.model = torch.nn.Linear(3, 2)
-            self.opt = Adam(self.model.parameters(), lr=0.1)
-            self.pi = torch.full((2,), 0.5)
-            self.counts = np.zeros(2)
 
-    st = State()
+def test_a_client_state_moves_whole_to_the_device():
+    """Every tensor of a state is found and moved: the model's parameters, the optimizer's
+    moments and plain tensors, each once; what is not a tensor stays. The moved optimizer is
+    unbound (a client op binds it to the model it trains); the original is left as it was, and a
+    state already on the device comes back itself."""
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    st = _State()
     found = {id(t) for t in tensors_in(st)}
     wanted = [*st.model.parameters(), *st.opt.exp_avg, *st.opt.exp_avg_sq, st.pi]
     assert found == {id(t) for t in wanted} and len(tensors_in(st)) == len(wanted)
-    assert move_in_place(st, torch.device("cpu")) is st and moved(st, torch.device("cpu")) is st
+    assert state_to_device(st, cpu) is st
+    out = state_to_device(st, meta)
+    assert type(out) is _State and out.counts is st.counts
+    assert {t.device for t in tensors_in(out)} == {meta} and len(tensors_in(out)) == len(wanted)
+    assert all(isinstance(p, torch.nn.Parameter) for p in out.model.parameters())
+    assert out.opt.params == [] and out.opt.lr == 0.1 and out.opt.steps == 0
+    assert out.opt.bind(out.model.parameters()).params == list(out.model.parameters())
+    assert {t.device for t in tensors_in(st)} == {cpu}  # the original stays
     assert all(a is b for a, b in zip(st.opt.params, st.model.parameters()))
+    shared = {"a": st.pi, "b": [st.pi]}  # a tensor shared within a state stays shared
+    moved = state_to_device(shared, meta)
+    assert moved["a"] is moved["b"][0]
+
+
+def _moved_bytes(monkeypatch, states, device):
+    """``states`` moved to ``device`` one by one, and the bytes of the tensors the move copied."""
+    from raysoft import devices
+
+    copied = []
+    real = devices._tensor_to
+    monkeypatch.setattr(devices, "_tensor_to", lambda t, d: copied.append(t.nbytes) or real(t, d))
+    return [state_to_device(st, device) for st in states], sum(copied)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "sgd+momentum", "adam"])
+def test_a_moved_state_carries_no_copy_of_the_shared_scratch_model(monkeypatch, kind):
+    """Ten clients' optimizer states over one 1000x100 scratch model (as ``scratch_optimizer``
+    makes them), moved one by one: only their moments are copied, never the scratch model they
+    are bound to (before, each moved state carried a copy of it: 10 x 0.4 MB); the moved states
+    hold no tensor of the scratch model's size beyond their moments, and bound again they train."""
+    scratch = torch.nn.Linear(1000, 100, bias=False)
+    make = {"sgd": lambda: SGD(scratch.parameters(), lr=0.1),
+            "sgd+momentum": lambda: SGD(scratch.parameters(), lr=0.1, momentum=0.9),
+            "adam": lambda: Adam(scratch.parameters(), lr=0.1)}[kind]
+    states = [make() for _ in range(10)]
+    scratch(torch.ones(1, 1000)).sum().backward()
+    for opt in states:  # one step each: SGD's momentum buffer exists
+        opt.step()
+    moments = {"sgd": 0, "sgd+momentum": 1, "adam": 2}[kind] * scratch.weight.nbytes
+    moved, copied = _moved_bytes(monkeypatch, states, torch.device("meta"))
+    assert copied == 10 * moments
+    # with no moments (plain SGD) nothing moves: the state is itself; else a copy, unbound
+    assert all(new is old if not moments else new.params == [] for new, old in zip(moved, states))
+    assert sum(t.nbytes for opt in moved for t in tensors_in(opt)) == 10 * moments
+    assert all(t.device.type == "meta" for opt in moved for t in tensors_in(opt))
+    # a state's pickle (a checkpoint's, a spilled state's, a Ray transfer's) holds its moments alone
+    buf = io.BytesIO()
+    torch.save(states, buf)
+    assert buf.tell() < 10 * moments + 100_000
+    back = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    assert all(opt.params == [] for opt in back)
+    other = torch.nn.Linear(1000, 100, bias=False)  # bound again (a client op's scratch), it steps that
+    other(torch.ones(1, 1000)).sum().backward()
+    before = other.weight.detach().clone()
+    back[0].bind(other.parameters()).step()
+    assert back[0].params[0] is other.weight and not torch.equal(other.weight, before)
+    with pytest.raises(RuntimeError, match="bound to no parameters"):
+        back[1].step()
 
 
 def test_payloads_results_and_data_move_to_a_device_containers_and_all():

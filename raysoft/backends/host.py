@@ -22,7 +22,7 @@ from ..algorithms import ClientContext, Plan, make_algorithm
 from ..algorithms.base import SERVED_OP, leaves_state, served_batched, split_result
 from ..config import Config
 from ..data import ClientData, Federation
-from ..devices import indexed, move_in_place, moved, to_device
+from ..devices import state_to_device, to_device, with_index
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
 from ..params import add_terms
@@ -47,7 +47,7 @@ class ClientHost:
 
     def __init__(self, cfg: Config, client_ids: Iterable[int], device: str = "cpu") -> None:
         self.cfg = cfg
-        self.device = indexed(device)
+        self.device = with_index(device)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.placement: list[dict[str, Any]] = []  # one process: no actors to describe
         self.late: list[int] = []  # no deadline in-process
@@ -87,7 +87,7 @@ class ClientHost:
     def _initial_state(self, k: int) -> Any:
         """Client k's state before its first call, from (seed, client id)."""
         with torch_threads(client_threads(self.cfg)):
-            return move_in_place(self.algorithm.init_client(self.contexts[k]), self.device)
+            return state_to_device(self.algorithm.init_client(self.contexts[k]), self.device)
 
     @property
     def client_ids(self) -> list[int]:
@@ -112,19 +112,19 @@ class ClientHost:
 
     def get_states(self) -> dict[int, Any]:
         """Every hosted client's state, moved to the CPU (for checkpoints)."""
-        return {k: moved(self.states[k], CPU) for k in self.client_ids}
+        return {k: state_to_device(self.states[k], CPU) for k in self.client_ids}
 
     def set_states(self, states: dict[int, Any]) -> None:
         """Restore hosted clients' states (from a checkpoint)."""
         for k, st in states.items():
             if int(k) not in self.contexts:
                 raise KeyError(f"client {k} is not hosted here")
-            self.states[int(k)] = moved(st, self.device)
+            self.states[int(k)] = state_to_device(st, self.device)
 
     # balanced rounds: a client's op may run on another host, with its state lent there and back
     def lend(self, client_ids: Iterable[int]) -> dict[int, Any]:
         """The states of hosted clients ``client_ids``, on the CPU, for a call on another host."""
-        return {int(k): moved(self.states[int(k)], CPU) for k in client_ids}
+        return {int(k): state_to_device(self.states[int(k)], CPU) for k in client_ids}
 
     def take(self, states: dict[int, Any]) -> None:
         """Take back the updated states of the hosted clients among ``states`` (others' are skipped)."""
@@ -138,7 +138,7 @@ class ClientHost:
         states unchanged), for their hosts' :meth:`take`."""
         guests: dict[int, Any] = {}
         for part in lent:
-            guests.update({int(k): moved(st, self.device) for k, st in part.items()})
+            guests.update({int(k): state_to_device(st, self.device) for k, st in part.items()})
         for k in guests:
             if k in self.visitors:
                 self.visitors.move_to_end(k)
@@ -154,7 +154,7 @@ class ClientHost:
             changed = visiting.changed
         finally:
             self.contexts, self.states = own_contexts, own_states
-        return out, {k: moved(guests[k], CPU) for k in sorted(changed)}
+        return out, {k: state_to_device(guests[k], CPU) for k in sorted(changed)}
 
     def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
              on_cpu: bool = True) -> dict[int, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..devices import moved
+from ..devices import state_to_device
 from ..results import atomic_path
 
 PREFIX = "raysoft-states-"
@@ -95,7 +95,7 @@ class StateStore(MutableMapping):
         if k not in self._ids:
             raise KeyError(k)
         if self._dir is None:
-            return self._mem[k] if self._keep is None else moved(self._mem[k], self._use)
+            return self._mem[k] if self._keep is None else state_to_device(self._mem[k], self._use)
         path = self._path(k)
         if not path.exists():
             return self._make(k)
@@ -107,7 +107,7 @@ class StateStore(MutableMapping):
     def __setitem__(self, k: int, state: Any) -> None:
         self._ids.add(k)
         if self._dir is None:
-            self._mem[k] = state if self._keep is None else moved(state, self._keep)
+            self._mem[k] = state if self._keep is None else state_to_device(state, self._keep)
             return
         path = self._path(k)
         with atomic_path(path) as tmp:

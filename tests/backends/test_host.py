@@ -118,6 +118,69 @@ def test_states_saved_and_restored_give_the_same_next_result(algorithm):
     assert not same({0: fresh[0]}, {0: next_result[0]})
 
 
+def _optimizers(obj, found=None) -> list:
+    """The optimizers in a client state (FedAvg's is one, FedEM's a list, FedSoft's a field)."""
+    from raysoft.optim import SGD, Adam
+
+    found = [] if found is None else found
+    if isinstance(obj, (Adam, SGD)):
+        found.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _optimizers(v, found)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
+        for v in vars(obj).values():
+            _optimizers(v, found)
+    return found
+
+
+@pytest.mark.parametrize(("algorithm", "optimizer"), [("fedavg", "sgd"), ("fedavg", "adam"), ("fedem", "adam"),
+                                                      ("fedsoft", "sgd")])
+def test_a_checkpoint_s_client_states_hold_no_scratch_model(algorithm, optimizer):
+    """A checkpoint's client states (``get_states``, saved and read back as ``--resume`` reads
+    them) hold their own tensors only: optimizer moments (and FedSoft's own model), never the
+    host's scratch model their optimizers train, so their size is the same whatever device they
+    were on (the live state moved to ``meta``, another device, holds the same bytes); read back,
+    the optimizers are unbound and the next round's results are those of the uninterrupted run."""
+    from raysoft.devices import state_to_device, tensors_in
+    from raysoft.runtime.checkpoint import checkpoint_types
+
+    cfg = parse_config(small_config(algorithm={"name": algorithm},
+                                    train={"optimizer": optimizer, "momentum": 0.9, "batched_clients": "off"}))
+    h = ClientHost(cfg, range(10))
+    if algorithm == "fedem":  # its learners, one per optimizer of a client
+        m = len(h.states[0].optimizers)
+        pay = {"learners": torch.stack([torch.full((D,), 0.1 * (i + 1)) for i in range(m)])}
+    else:
+        pay = payload(algorithm)
+    h.call("train", list(range(10)), pay, 0)
+    live = h.get_states()
+    buf = io.BytesIO()
+    torch.save(live, buf)
+    buf.seek(0)
+    with torch.serialization.safe_globals(checkpoint_types()):
+        saved = torch.load(buf, weights_only=True)
+    scratch = {p.data_ptr() for p in h.scratch.parameters()}
+    d = sum(p.numel() for p in h.scratch.parameters())
+    per_moment = {"sgd": 1, "adam": 2}[optimizer]
+    for k, st in saved.items():
+        opts = _optimizers(st)
+        assert opts and all(o.params == [] for o in opts)
+        assert sum(t.numel() for o in opts for t in tensors_in(o)) == per_moment * d * len(opts), k
+        own = {"fedavg": 0, "fedem": len(opts), "fedsoft": d}[algorithm]  # FedEM's pi, FedSoft's own model
+        tensors = tensors_in(st)
+        assert sum(t.numel() for t in tensors) == per_moment * d * len(opts) + own, k
+        assert not {t.data_ptr() for t in tensors_in(live[k])} & scratch  # the live one: no scratch either
+        on_meta = state_to_device(live[k], torch.device("meta"))
+        assert sum(t.nbytes for t in tensors_in(on_meta)) == sum(t.nbytes for t in tensors), k
+    next_result = h.call("train", [0, 1], pay, 1)
+    h.set_states(saved)
+    again = h.call("train", [0, 1], pay, 1)
+    assert list(again) == [0, 1] and all(torch.equal(torch.as_tensor(a[0] if isinstance(a, tuple) else a),
+                                                     torch.as_tensor(b[0] if isinstance(b, tuple) else b))
+                                         for a, b in zip(again.values(), next_result.values()))
+
+
 def test_reset_rebuilds_the_initial_states():
     h = host()
     first = train(h, [0, 4, 9], 0)
