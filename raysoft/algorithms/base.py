@@ -48,6 +48,8 @@ from ..models import DataInfo, build_model
 from ..params import Term, add_terms
 from ..rng import torch_generator
 
+T = TypeVar("T")
+
 
 def split_result(result: Any, part: int | None) -> tuple[torch.Tensor, Any]:
     """(the summed part, the rest) of one client's result: element ``part`` of a result tuple
@@ -76,7 +78,7 @@ class Plan:
         if group is None:
             return add_terms(self.terms, parts, self.start)
         sums = [add_terms(terms, parts, self.zero()) for terms in self.groups(group)]
-        return self.finish(pairwise(sums))
+        return self.add_start(pairwise(sums, torch.add))
 
     # the tree shape (``ray.sum_shape: tree``): its association is fixed by the client ids alone
     def groups(self, group: int) -> list[dict[int, Term | list[Term]]]:
@@ -89,7 +91,7 @@ class Plan:
         """Where a run of the tree starts: zeros like ``start`` (None: like the first term)."""
         return None if self.start is None else torch.zeros_like(self.start)
 
-    def finish(self, total: torch.Tensor) -> torch.Tensor:
+    def add_start(self, total: torch.Tensor) -> torch.Tensor:
         """``start + total`` (into ``start``), or ``total`` when there is no start."""
         return total if self.start is None else self.start.add_(total)
 
@@ -203,18 +205,19 @@ def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any
     return grouped
 
 
-def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:
-    """The sum of ``sums`` as a balanced tree of additions, in order: level by level,
-    ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep."""
+def pairwise(sums: list[T], add: Callable[[T, T], T]) -> T:
+    """The sum of ``sums`` as a balanced tree of additions ``add(a, b)``, in order: level by
+    level, ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep.
+    The one tree of the tree-shaped sums: :meth:`Plan.apply` adds tensors (``torch.add``), the
+    Ray backend (:func:`raysoft.backends.actors.tree`) references to them on the actors."""
     if not sums:
         raise ValueError("pairwise: nothing to add")
     while len(sums) > 1:
-        sums = [torch.add(a, b) for a, b in zip(sums[0::2], sums[1::2])] + (sums[-1:] if len(sums) % 2 else [])
+        sums = [add(a, b) for a, b in zip(sums[0::2], sums[1::2])] + (sums[-1:] if len(sums) % 2 else [])
     return sums[0]
 
 
-
-def summed(plan: Plan, parts: Mapping[int, torch.Tensor]) -> torch.Tensor:
+def planned_sum(plan: Plan, parts: Mapping[int, torch.Tensor]) -> torch.Tensor:
     """``plan.apply(parts)`` for a plan that has a start or a term (an empty sum is an error)."""
     out = plan.apply(parts)
     if out is None:

@@ -108,7 +108,7 @@ class ClientActor:
         return self.host.add_terms(terms, acc, fresh)
 
     def combine(self, a: Any, b: Any) -> Any:
-        """One addition of the tree (``Plan.apply``'s ``pairwise``): ``a + b``."""
+        """One addition of the tree (:func:`~raysoft.algorithms.base.pairwise`): ``a + b``."""
         import torch
 
         return torch.add(a, b)
@@ -325,15 +325,17 @@ def tree(actors: list[Any], home: Callable[[int], int], plan: Any, group: int) -
     """``ray.sum_shape: tree``: each run of ``group`` consecutive clients is a short chain from
     zeros (all runs at once), the runs' sums are added pairwise on the actors, and the total to
     the start: the additions of ``Plan.apply(parts, group)``, log-depth. The total's reference."""
+    from ..algorithms.base import pairwise  # torch: imported where the executor runs, not on the driver
+
     start = None if plan.start is None else ray.put(plan.start)
     level = [chain(actors, home, terms, start, fresh=True) for terms in plan.groups(group)]
-    # each pair is added on the actor that made its first sum (the tensor is already there)
-    while len(level) > 1:
-        pairs = zip(level[0::2], level[1::2])
-        level = [(actors[i].combine.remote(a, b), i) for (a, i), (b, _) in pairs] + (
-            level[-1:] if len(level) % 2 else [])
-    total, i = level[0]
-    if start is not None:  # start + total, as Plan.finish
+
+    def add(x: tuple[Any, int], y: tuple[Any, int]) -> tuple[Any, int]:
+        """One addition of the tree, on the actor that made ``x``'s sum (the tensor is already there)."""
+        return actors[x[1]].combine.remote(x[0], y[0]), x[1]
+
+    total, i = pairwise(level, add)
+    if start is not None:  # start + total, as Plan.add_start
         total = actors[i].combine.remote(start, total)
     return total
 
