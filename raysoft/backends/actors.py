@@ -100,9 +100,9 @@ class ClientActor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self.host.call(op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, Any]:
-        return self.host.keep(op, client_ids, payload, t, part)
+        return self.host.call_for_reduction(op, client_ids, payload, t, part)
 
     def add_terms(self, terms: dict[int, Any], acc: Any, fresh: bool = False) -> Any:
         return self.host.add_terms(terms, acc, fresh)
@@ -120,9 +120,9 @@ class ClientActor:
         self.host.take(states)
 
     @ray.method(num_returns=2)
-    def visit(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int, extra: tuple,
-              *lent: dict[int, Any]) -> tuple[Any, dict[int, Any]]:
-        return self.host.visit(method, op, client_ids, payload, t, extra, lent)
+    def call_with_visitors(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+                           extra: tuple, *lent: dict[int, Any]) -> tuple[Any, dict[int, Any]]:
+        return self.host.call_with_visitors(method, op, client_ids, payload, t, extra, lent)
 
     def get_states(self) -> dict[int, Any]:
         return self.host.get_states()
@@ -385,9 +385,9 @@ class RayExecutor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
         return self._run("call", op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, Any]:
-        return self._run("keep", op, client_ids, payload, t, (part,))
+        return self._run("call_for_reduction", op, client_ids, payload, t, (part,))
 
     def accumulate(self, plan: Any) -> Any:
         """The chain: the actor with the lowest client ids starts the sum from the plan's start,
@@ -433,8 +433,8 @@ class RayExecutor:
             if i not in lent:
                 futures.append(getattr(actors[i], method).remote(op, ks, ref, t, *extra))
                 continue
-            visit, back[i] = actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
-            futures.append(visit)
+            answer, back[i] = actors[i].call_with_visitors.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            futures.append(answer)
         # the visitors' new states go home, actor to actor; asked for after every call, so that
         # no actor's own training waits behind a take (an actor runs its calls in order)
         returned = [actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]

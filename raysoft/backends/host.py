@@ -130,12 +130,12 @@ class ClientHost:
         """Take back the updated states of the hosted clients among ``states`` (others' are skipped)."""
         self.set_states({k: st for k, st in states.items() if int(k) in self.contexts})
 
-    def visit(self, method: str, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-              extra: tuple, lent: Iterable[dict[int, Any]]) -> tuple[Any, dict[int, Any]]:
-        """:meth:`call` or :meth:`keep` (``method``) for ``client_ids``, some of them other hosts'
-        clients whose states are ``lent`` (dicts from their hosts' :meth:`lend`). Returns the
-        method's answer and the visitors' states after the op, on the CPU (none if the op leaves
-        states unchanged), for their hosts' :meth:`take`."""
+    def call_with_visitors(self, method: str, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+                           extra: tuple, lent: Iterable[dict[int, Any]]) -> tuple[Any, dict[int, Any]]:
+        """:meth:`call` or :meth:`call_for_reduction` (``method``) for ``client_ids``, some of
+        them other hosts' clients whose states are ``lent`` (dicts from their hosts'
+        :meth:`lend`). Returns the method's answer and the visitors' states after the op, on
+        the CPU (none if the op leaves states unchanged), for their hosts' :meth:`take`."""
         guests: dict[int, Any] = {}
         for part in lent:
             guests.update({int(k): moved(st, self.device) for k, st in part.items()})
@@ -169,7 +169,7 @@ class ClientHost:
             if self.cfg.ray.trim_memory:
                 release_free_memory()
 
-    def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
+    def call_for_reduction(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
              part: int | None = None) -> dict[int, tuple[bool, Any, int]]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
         the whole result) here, on the host's device, for :meth:`add_terms`. Returns {client:

@@ -24,7 +24,7 @@ class Executor(Protocol):
         """Run client op ``op`` for ``client_ids`` with the broadcast ``payload``; results by client."""
         ...
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, tuple[bool, Any, int]]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
         the whole result) where it ran; return {client: (finite, the rest of its result, the

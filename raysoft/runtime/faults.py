@@ -82,10 +82,10 @@ class FaultInjector:
                 results[k] = poison(results[k])
         return results
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, tuple[bool, Any, int]]:
         self._before(op, t)
-        flags = self.inner.keep(op, client_ids, payload, t, part)
+        flags = self.inner.call_for_reduction(op, client_ids, payload, t, part)
         for k in self._poisoned(op, t):  # a NaN update is never summed: it is not finite (it was sent: its bytes stay)
             if k in flags:
                 flags[k] = (False, poison(flags[k][1]), *flags[k][2:])

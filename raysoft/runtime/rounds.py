@@ -250,7 +250,8 @@ class RoundCoordinator(CoordinatorBase):
         red = call.reduce
         assert red is not None
         if self.cfg.ray.reduce_in_actors:
-            flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
+            flags = self._exec(self.executor.call_for_reduction, call.op, call.clients, call.payload, t, red.part,
+                               sent=call.payload)
             self._report_late(call.op)
             for k in sorted(flags):  # the size of the whole result, counted where it was made
                 self._comm.returned(k, flags[k][2])
