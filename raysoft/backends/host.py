@@ -72,7 +72,7 @@ class ClientHost:
             self.contexts[k] = self._context(k)
         self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir,
                                  self.device)
-        if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
+        if self.algorithm.batched_ops and self._batched("train", [0, 1], -1) is not None:
             from ..batched import warm_up
 
             warm_up()
@@ -80,7 +80,7 @@ class ClientHost:
     def _context(self, k: int) -> ClientContext:
         """Client k's data and context, built from (data config, seed, k)."""
         fed = self.fed
-        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.with_test_split(k, fed.client_data(k))
+        data = _EMPTY if self.algorithm.own_data else fed.with_test_split(k, fed.client_data(k))
         data = to_device(data, self.device)
         return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch, device=self.device)
 
@@ -204,7 +204,7 @@ class ClientHost:
     def _batched(self, op: str, ids: list[int], t: int) -> Any:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected
         straggler, which is slowed client by client), else None."""
-        fn = getattr(self.algorithm, "batched_ops", {}).get(op)
+        fn = self.algorithm.batched_ops.get(op)
         if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids) or self._budget(op) is not None:
             return None
         if leaves_state(self.algorithm, op):  # scoring, not training (FedAvg's evaluate): always together
@@ -234,7 +234,7 @@ class ClientHost:
                 self.states[k] = st
             return {k: to_device(res, home) for k, res in zip(ids, results)}
         out: dict[int, Any] = {}
-        stateless = op in getattr(self.algorithm, "stateless_ops", ())
+        stateless = op in self.algorithm.stateless_ops
         keeps = leaves_state(self.algorithm, op)
         budget = self._budget(op)
         for k in sorted(int(c) for c in client_ids):
@@ -259,7 +259,7 @@ class ClientHost:
         served models on their test splits; their states are read only for an algorithm's ``serve``."""
         ids = sorted(int(c) for c in client_ids)
         payload = to_device(payload, self.device)
-        states = [self.states[k] for k in ids] if getattr(self.algorithm, "serve", None) is not None else None
+        states = [self.states[k] for k in ids] if self.algorithm.serve is not None else None
         results = plugin_call(served_batched(self.algorithm), ([self.contexts[k] for k in ids], states, payload, t),
                               f"{self._who()} raised serving its clients' models, round {t}")
         return {k: to_device(r, home) for k, r in zip(ids, results)}
