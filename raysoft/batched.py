@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TypeAlias, cast
 
 import numpy as np
 import torch
@@ -46,13 +46,18 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from .config import TrainConfig
-from .optim import SGD, Adam
+from .optim import SGD, Adam, adam_update_
 from .training import batch_order, per_sample_loss
 
 BATCHED_MODELS = ("linear", "logistic")  # auto: where batching measured faster
 # A lockstep step's fixed cost, in units of one sample x one parameter of its variable cost;
 # measured, then swept on FPFC's Local baseline (docs/performance.md#batched-multi-client-training).
 STEP_OVERHEAD = 1_000_000.0
+
+# f(w [C, d], x [C, B, ...]) -> [C, B, ...]: C stacked copies of a model run at once
+StackedForward: TypeAlias = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# grads_of(w, xb, yb, wb) -> each row's gradient [rows, d]
+BatchedGrads: TypeAlias = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def can_batch(model: nn.Module) -> str | None:
@@ -121,7 +126,7 @@ def _unstack_state(opts: Sequence[Adam | SGD], values: torch.Tensor, attr: str, 
         setattr(o, attr, out)
 
 
-def stacked_forward(model: nn.Module):
+def stacked_forward(model: nn.Module) -> StackedForward | None:
     """The forward pass of C stacked copies of ``model`` written as batched matrix products,
     ``f(w [C, d], x [C, B, ...]) -> [C, B, ...]``, for the models where that is known (the linear
     and logistic models; None for others, which go through ``vmap`` of ``functional_call``). It
@@ -295,29 +300,29 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
     num, d = clients.start.shape
     device = clients.start.device
     grads_of = _batched_grads(model, task, d)
-    o0: Any = clients.opts[0]  # Adam or SGD, every client's alike
     # rows ordered by epoch length, longest first (ties by position): the clients that step at
     # step j (whose epoch has more than j batches) are then a prefix of the rows, computed as a
     # view, and a client whose epoch has ended costs nothing (no padding beyond its last batch)
-    ns0 = [int(y.shape[0]) for y in clients.ys]
-    batch = cfg.batch_size or max(ns0)
-    spe0 = [-(-n // batch) for n in ns0]  # each client's steps per epoch
-    perm = sorted(range(num), key=lambda c: (-spe0[c], c))
+    client_sizes = [int(y.shape[0]) for y in clients.ys]
+    batch = cfg.batch_size or max(client_sizes)
+    client_steps = [-(-n // batch) for n in client_sizes]  # each client's steps per epoch, in call order
+    perm = sorted(range(num), key=lambda c: (-client_steps[c], c))
     reordered = perm != list(range(num))
     if reordered:
         clients = clients.take(perm)
-    ns, spe = [ns0[c] for c in perm], [spe0[c] for c in perm]
-    steps_per_epoch = spe[0]
-    active = [sum(1 for s in spe if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
+    # the same, in row order (longest epoch first)
+    row_sizes, row_steps = [client_sizes[c] for c in perm], [client_steps[c] for c in perm]
+    steps_per_epoch = row_steps[0]
+    active = [sum(1 for s in row_steps if s > j) for j in range(steps_per_epoch)]  # clients stepping at step j
     stepping = (torch.arange(num, device=device)[None, :] < torch.tensor(active, device=device)[:, None]
                 if fixed else None)  # fixed: which rows step at step j (the others are masked out)
     w = clients.start.clone()
-    opt = _LockstepOptimizer(clients.opts, o0, d, spe, cfg.local_epochs, device)
+    opt = _LockstepOptimizer(clients.opts, d, row_steps, cfg.local_epochs, device)
     x_all, y_all = torch.cat(list(clients.xs)), torch.cat(list(clients.ys))
-    offsets = np.concatenate([[0], np.cumsum(ns)[:-1]])
+    offsets = np.concatenate([[0], np.cumsum(row_sizes)[:-1]])
     model.train()
     for epoch in range(cfg.local_epochs):
-        x_ep, y_ep, weight = _epoch_batches(x_all, y_all, offsets, ns, clients.rngs, epoch, cfg, batch,
+        x_ep, y_ep, weight = _epoch_batches(x_all, y_all, offsets, row_sizes, clients.rngs, epoch, cfg, batch,
                                             steps_per_epoch)
         for j in range(steps_per_epoch):
             a = slice(0, num if fixed else active[j])  # the clients computed (fixed: all, the rest masked)
@@ -338,7 +343,7 @@ def _lockstep_train(model: nn.Module, clients: _Clients, task: str, cfg: TrainCo
     return out
 
 
-def _batched_grads(model: nn.Module, task: str, d: int) -> Any:
+def _batched_grads(model: nn.Module, task: str, d: int) -> BatchedGrads:
     """``grads_of(w, xb, yb, wb)``: each row's gradient of its client's masked mean batch loss,
     ``model`` run on every row's flat parameters ``w`` [rows, d] at once."""
     names = [n for n, _ in model.named_parameters()]
@@ -386,50 +391,68 @@ def _epoch_batches(x_all: torch.Tensor, y_all: torch.Tensor, offsets: np.ndarray
 
 class _LockstepOptimizer:
     """Every client's optimizer (Adam, or SGD with or without momentum; all with the
-    hyperparameters of ``o0``) as stacked state: a step updates rows in place, :meth:`save`
-    hands each client's state back to its optimizer."""
+    hyperparameters of the first, ``opts[0]``) as stacked state: a step updates rows in place,
+    :meth:`save` hands each client's state back to its optimizer. Adam's step is
+    :func:`~raysoft.optim.adam_update_`, the one each client's :class:`~raysoft.optim.Adam` takes."""
 
-    def __init__(self, opts: Sequence[Adam | SGD], o0: Any, d: int, spe: list[int], epochs: int,
+    def __init__(self, opts: Sequence[Adam | SGD], d: int, row_steps: list[int], epochs: int,
                  device: torch.device) -> None:
-        self.opts, self.o0, self.spe, self.epochs = opts, o0, spe, epochs
-        self.adam = isinstance(o0, Adam)
+        self.opts, self.row_steps, self.epochs = opts, row_steps, epochs
+        first = opts[0]  # every client's alike
+        self.lr, self.weight_decay = first.lr, first.weight_decay
         none = torch.empty(0, device=device)  # the state the other optimizer keeps
-        self.m, self.v, self.buf, self.lr_all, self.bc2_sqrt_all = none, none, none, none, none
-        if not self.adam:
+        self.m, self.v, self.buf, self.step_sizes, self.bc2_sqrts = none, none, none, none, none
+        self.betas, self.eps, self.momentum = (0.9, 0.999), 0.0, 0.0
+        self.adam = isinstance(first, Adam)
+        if not isinstance(first, Adam):
+            self.momentum = first.momentum
             self.buf = _stack_state(opts, d, "buffers", device)
             return
+        self.betas, self.eps = first.betas, first.eps
         self.m, self.v = _stack_state(opts, d, "exp_avg", device), _stack_state(opts, d, "exp_avg_sq", device)
-        b1, b2 = o0.betas
+        b1, b2 = first.betas
         # Adam's bias corrections of every step of the call, made at once: at step j of epoch e
-        # client c takes its (e * spe_c + j + 1)-th step of the call (when j < spe_c)
+        # client c takes its (e * steps_c + j + 1)-th step of the call (when j < steps_c)
         e_j = (
-            np.arange(epochs)[:, None, None] * np.asarray(spe)[None, None, :]
-            + np.arange(spe[0])[None, :, None]
+            np.arange(epochs)[:, None, None] * np.asarray(row_steps)[None, None, :]
+            + np.arange(row_steps[0])[None, :, None]
         )
         steps = [cast(Adam, o).steps for o in opts]
-        sa_all = torch.from_numpy(np.asarray(steps, dtype=np.float64)[None, None, :] + e_j + 1)
-        self.lr_all = (o0.lr / (1 - b1**sa_all).float()[..., None]).to(device)  # lr / bc1: [epochs, steps, C, 1]
-        self.bc2_sqrt_all = torch.sqrt(1 - b2**sa_all).float()[..., None].to(device)
+        # each client's Adam step count at every step of the call: [epochs, steps, C]
+        step_counts = torch.from_numpy(np.asarray(steps, dtype=np.float64)[None, None, :] + e_j + 1)
+        self.step_sizes = (first.lr / (1 - b1**step_counts).float()[..., None]).to(device)  # lr / bc1: [.., C, 1]
+        self.bc2_sqrts = torch.sqrt(1 - b2**step_counts).float()[..., None].to(device)
 
     def step(self, w: torch.Tensor, a: slice, g: torch.Tensor, epoch: int, j: int,
              stepping: torch.Tensor | None) -> None:
         """Step ``j`` of ``epoch`` of the rows ``a`` with their gradients ``g``, in place on ``w``
         (``stepping``: every row computed, only those True [rows, 1] updated)."""
-        o0, wa = self.o0, w[a]
-        ga = g + o0.weight_decay * wa if o0.weight_decay else g
+        wa = w[a]
+        ga = g + self.weight_decay * wa if self.weight_decay else g
         if stepping is not None and self.adam:
-            _masked_adam(w, self.m, self.v, ga, stepping, o0, self.lr_all[epoch, j], self.bc2_sqrt_all[epoch, j])
+            self._masked_adam(w, ga, stepping, self.step_sizes[epoch, j], self.bc2_sqrts[epoch, j])
         elif stepping is not None:
-            _masked_sgd(w, self.buf, ga, stepping, o0)
-        elif self.adam:
-            b1, b2 = o0.betas
-            ma = self.m[a].lerp_(ga, 1 - b1)  # in place on the rows' views
-            va = self.v[a].mul_(b2).addcmul_(ga, ga, value=1 - b2)
-            wa.sub_(self.lr_all[epoch, j, a] * ma / ((va.sqrt() / self.bc2_sqrt_all[epoch, j, a]) + o0.eps))
+            _masked_sgd(w, self.buf, ga, stepping, self.lr, self.momentum)
+        elif self.adam:  # in place on the rows' views
+            adam_update_(wa, self.m[a], self.v[a], ga, self.betas, self.eps, self.step_sizes[epoch, j, a],
+                         self.bc2_sqrts[epoch, j, a])
         else:
-            if o0.momentum:
-                ga = self.buf[a].mul_(o0.momentum).add_(ga)
-            wa.sub_(o0.lr * ga)
+            if self.momentum:
+                ga = self.buf[a].mul_(self.momentum).add_(ga)
+            wa.sub_(self.lr * ga)
+
+    def _masked_adam(self, w: torch.Tensor, g: torch.Tensor, step: torch.Tensor, step_size: torch.Tensor,
+                     bc2_sqrt: torch.Tensor) -> None:
+        """One Adam step of every row, kept only where ``step`` ([rows, 1]) is True: the step
+        (:func:`~raysoft.optim.adam_update_`) made on copies, the other rows' parameters and
+        moments left as they were (a row that steps gets the unmasked step's numbers).
+        ``step_size``: each row's lr / bias correction 1; ``bc2_sqrt``: the square root of its
+        bias correction 2."""
+        m, v, new_w = self.m.clone(), self.v.clone(), w.clone()
+        adam_update_(new_w, m, v, g, self.betas, self.eps, step_size, bc2_sqrt)
+        self.m.copy_(torch.where(step, m, self.m))
+        self.v.copy_(torch.where(step, v, self.v))
+        w.copy_(torch.where(step, new_w, w))
 
     def save(self, shapes: list[torch.Size]) -> None:
         """Each client's moments (Adam) or momentum buffer back into its optimizer, and Adam's
@@ -437,27 +460,17 @@ class _LockstepOptimizer:
         if self.adam:
             _unstack_state(self.opts, self.m, "exp_avg", shapes)
             _unstack_state(self.opts, self.v, "exp_avg_sq", shapes)
-            for o, n in zip(self.opts, self.spe):
+            for o, n in zip(self.opts, self.row_steps):
                 cast(Adam, o).steps += self.epochs * n
-        elif self.o0.momentum:
+        elif self.momentum:
             _unstack_state(self.opts, self.buf, "buffers", shapes)
 
 
-def _masked_adam(w: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, step: torch.Tensor, o0: Any,
-                 lr: torch.Tensor, bc2_sqrt: torch.Tensor) -> None:
-    """One Adam step of every row, in place, kept only where ``step`` ([rows, 1]) is True: the
-    other rows' parameters and moments stay as they were (the same operations as the unmasked
-    step, so a row that steps gets the same numbers). ``lr``: each row's lr / bias correction 1;
-    ``bc2_sqrt``: the square root of its bias correction 2."""
-    m.copy_(torch.where(step, m.lerp(g, 1 - o0.betas[0]), m))
-    v.copy_(torch.where(step, (v * o0.betas[1]).addcmul_(g, g, value=1 - o0.betas[1]), v))
-    w.copy_(torch.where(step, w - lr * m / ((v.sqrt() / bc2_sqrt) + o0.eps), w))
-
-
-def _masked_sgd(w: torch.Tensor, buf: torch.Tensor, g: torch.Tensor, step: torch.Tensor, o0: Any) -> None:
-    """One SGD step (with momentum where ``o0`` has it, its buffer ``buf``) of every row, in
-    place, kept only where ``step`` ([rows, 1]) is True, as :func:`_masked_adam`."""
-    if o0.momentum:
-        buf.copy_(torch.where(step, buf * o0.momentum + g, buf))
+def _masked_sgd(w: torch.Tensor, buf: torch.Tensor, g: torch.Tensor, step: torch.Tensor, lr: float,
+                momentum: float) -> None:
+    """One SGD step (with ``momentum`` where it is not 0, its buffer ``buf``) of every row, in
+    place, kept only where ``step`` ([rows, 1]) is True, as :meth:`_LockstepOptimizer._masked_adam`."""
+    if momentum:
+        buf.copy_(torch.where(step, buf * momentum + g, buf))
         g = buf
-    w.copy_(torch.where(step, w - o0.lr * g, w))
+    w.copy_(torch.where(step, w - lr * g, w))

@@ -60,6 +60,25 @@ class _Base:
                 p.grad.zero_()
 
 
+def adam_update_(w: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: tuple[float, float],
+                 eps: float, step_size: float | torch.Tensor, bc2_sqrt: float | torch.Tensor) -> None:
+    """One Adam step, in place on the parameters ``w`` and the moments ``m``, ``v``, from the
+    gradient ``g`` (weight decay already added): ``step_size`` is lr / bias correction 1 and
+    ``bc2_sqrt`` the square root of bias correction 2, numbers (one optimizer,
+    :meth:`Adam.step`) or tensors broadcast over rows (the clients of a lockstep call,
+    :mod:`raysoft.batched`). The one place the step's maths is written: a number takes
+    ``torch.optim.Adam``'s ``addcdiv_``, a tensor (which ``addcdiv_`` does not take) the same
+    product written out, ``w - step_size * m / denom``, as the lockstep step always did."""
+    b1, b2 = betas
+    m.lerp_(g, 1 - b1)
+    v.mul_(b2).addcmul_(g, g.conj(), value=1 - b2)
+    denom = (v.sqrt() / bc2_sqrt).add_(eps)
+    if isinstance(step_size, torch.Tensor):
+        w.sub_(step_size * m / denom)
+    else:
+        w.addcdiv_(m, denom, value=-step_size)
+
+
 class Adam(_Base):
     """Adam (Kingma & Ba), L2 weight decay added to the gradient as in torch.optim.Adam."""
 
@@ -84,10 +103,7 @@ class Adam(_Base):
         for p, m, v in zip(params, self.exp_avg, self.exp_avg_sq):
             grad = cast(torch.Tensor, p.grad)  # every parameter has one after backward
             g = grad if not self.weight_decay else grad.add(p, alpha=self.weight_decay)
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g.conj(), value=1 - b2)
-            denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            p.addcdiv_(m, denom, value=-step_size)
+            adam_update_(p, m, v, g, self.betas, self.eps, step_size, bc2_sqrt)
 
 
 class SGD(_Base):

@@ -53,10 +53,7 @@ def weighted_sum(vectors: Sequence[Params] | torch.Tensor, weights: Sequence[flo
         raise ValueError(f"{len(vectors)} vectors but {len(weights)} weights")
     if len(vectors) == 0:
         raise ValueError("weighted_sum of no vectors")
-    out = torch.zeros_like(vectors[0])
-    for v, w in zip(vectors, weights):
-        out.add_(v, alpha=float(w))
-    return out
+    return add_terms({i: (None, float(w)) for i, w in enumerate(weights)}, dict(enumerate(vectors)), None)
 
 
 Term = tuple[int | None, float]
@@ -65,8 +62,9 @@ Term = tuple[int | None, float]
 def add_terms(terms: Mapping[int, Term | list[Term]], parts: Mapping[int, torch.Tensor],
               acc: torch.Tensor | None) -> torch.Tensor:
     """acc[row] += coef * parts[k] for each (k: (row, coef)) of ``terms`` in ascending k (the
-    whole acc when row is None; zeros like the first part if ``acc`` is None), in place; the
-    additions ``weighted_sum`` makes, so a sum split over hosts in id order is the same. A
+    whole acc when row is None; zeros like the first part if ``acc`` is None), in place: the
+    one chain of additions (``weighted_sum`` is its case of a whole-vector term per vector), so
+    a sum split over hosts in id order is the same. A
     client's term may be a list of (row, coef): its part is added to each of those rows (a
     FedSoft client selected by several centers), so every row still gets its terms in
     ascending k."""

@@ -207,7 +207,7 @@ def resolve(kind: str, name: str) -> Any:
 
 # --------------------------------------------------------------------------- protocols
 ALGORITHM_METHODS = ("init_server", "init_client", "round", "eval_payload")  # centers, weights: optional
-STREAM_METHODS = ("first_anchor", "receive", "init_server", "cold_start", "server_step")
+STREAM_METHODS = ("first_anchor", "receive", "init_stream_server", "cold_start", "server_step")
 DATASET_METHODS = ("client", "holdout")
 CALLBACK_METHODS = ("on_rows", "on_end")
 
@@ -240,6 +240,8 @@ def _check_algorithm(obj: Any, what: str, declared: type | None = None) -> None:
     if template is not None and not getattr(declared or getattr(obj, "Settings", None), "stream", False):
         raise PluginError(f"{what}: a stream algorithm's Settings must be a subclass of raysoft.sdk.StreamConfig")
     if template is not None:
+        if callable(getattr(obj, "init_server", None)):  # the hook's earlier name, a synchronous algorithm's
+            raise PluginError(f"{what}: a stream's init_server(models) is now init_stream_server(models): rename it")
         # every hook the engine calls and the template leaves open (``models``: with a server)
         server: bool = getattr(obj, "has_server", True)
         required = STREAM_METHODS + (("models",) if server else ())

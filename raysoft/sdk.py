@@ -23,6 +23,7 @@ from .algorithms.base import (
     Clustered,
     Configured,
     EvalResult,
+    OptionalHooks,
     Plan,
     Reduced,
     Reduction,
@@ -71,7 +72,7 @@ __all__ = [
     "Sections",
     # synchronous algorithms: the protocols and the round's types
     "Algorithm", "Clustered", "Configured", "ClientCall", "ClientContext", "ClientOp", "ServerContext",
-    "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced",
+    "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced", "OptionalHooks",
     # asynchronous streams
     "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes", "pretrain", "StreamSource",
     "DriftingDataset",

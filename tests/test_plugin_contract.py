@@ -138,3 +138,22 @@ def test_the_sdk_exports_the_protocols_and_what_the_walkthrough_uses():
     assert sdk.proximal_pull(0.0, anchor) == {}
     pull = sdk.proximal_pull(0.5, anchor)
     assert pull["pull_scale"] == 0.5 and pull["pull_target"].tolist() == [0.5, 0.5, 0.5]
+
+
+def test_an_algorithm_without_configured_is_given_the_optional_attributes_defaults():
+    # the engine reads readonly_ops, batched_ops, centers, ... as plain attributes: a plug-in that
+    # implements the protocol without Configured gets the defaults of those it lacks, keeps its own
+    from raysoft.algorithms.base import OPTIONAL_HOOKS, OptionalHooks, leaves_state, with_defaults
+
+    class Bare:
+        stateless_ops = ("unseen",)
+
+        def weights(self, state):
+            return None
+
+    algo = with_defaults(Bare())  # type: ignore[arg-type]  # only the optional attributes matter here
+    assert algo.stateless_ops == ("unseen",) and algo.weights is not None  # its own
+    assert algo.readonly_ops == ("evaluate",) and dict(algo.batched_ops) == {} and algo.own_data is False
+    assert algo.centers is None and algo.serve is None and algo.absorb_eval is None and algo.state_types == ()
+    assert leaves_state(algo, "evaluate") and leaves_state(algo, "unseen") and not leaves_state(algo, "train")
+    assert set(OPTIONAL_HOOKS) == set(OptionalHooks.__annotations__)  # one list of them

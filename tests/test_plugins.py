@@ -330,6 +330,30 @@ def test_the_resolver_caches_and_checks_by_kind(plugdir):
         resolve("optimizers", "adam")
 
 
+OLD_STREAM_HOOK = '''
+from raysoft.sdk import StreamAlgorithm, StreamConfig
+
+
+class Old(StreamAlgorithm):
+    Settings = StreamConfig
+
+    def first_anchor(self, payload): ...
+    def receive(self, cs, reply): ...
+    def init_server(self, models): ...
+    def cold_start(self, state, initial_models): ...
+    def server_step(self, state, client, up, scratch, val_sets): ...
+    def models(self, state): ...
+'''
+
+
+def test_a_stream_with_the_hooks_old_name_init_server_is_told_the_new_one(plugdir):
+    # init_server(models) of a stream shared its name with a synchronous algorithm's init_server(ctx)
+    write(plugdir, "oldstream.py", OLD_STREAM_HOOK)
+    with pytest.raises(PluginError, match=r"^algorithm 'oldstream:Old': a stream's init_server\(models\) is now "
+                                          r"init_stream_server\(models\): rename it$"):
+        resolve("algorithms", "oldstream:Old")
+
+
 @pytest.mark.parametrize("backend", ["inprocess", pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.ray])])
 def test_a_client_call_of_an_op_the_plugin_lacks_is_one_line_naming_the_ops(plugdir, tmp_path, backend, request):
     if backend == "ray":

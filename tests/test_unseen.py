@@ -136,7 +136,7 @@ def test_the_summary_is_the_mean_p10_and_median_of_the_headline():
 def calls(monkeypatch):
     """Every (op, clients) a ClientHost is asked to run."""
     seen: list[tuple[str, list[int]]] = []
-    call, keep = ClientHost.call, ClientHost.keep
+    call, keep = ClientHost.call, ClientHost.call_for_reduction
 
     def spy(self, op, ids, *args, **kw):
         ids = list(ids)
@@ -149,7 +149,7 @@ def calls(monkeypatch):
         return keep(self, op, ids, *args, **kw)
 
     monkeypatch.setattr(ClientHost, "call", spy)
-    monkeypatch.setattr(ClientHost, "keep", spy_keep)
+    monkeypatch.setattr(ClientHost, "call_for_reduction", spy_keep)
     return seen
 
 

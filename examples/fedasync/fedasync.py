@@ -135,7 +135,7 @@ class FedAsync(StreamAlgorithm):
         return x, None, nbytes(x)
 
     # server half
-    def init_server(self, models: torch.Tensor) -> FedAsyncState:
+    def init_stream_server(self, models: torch.Tensor) -> FedAsyncState:
         return FedAsyncState(x=initial_model(models), t=0, clusters=int(models.shape[0]))
 
     def cold_start(self, state: FedAsyncState, initial_models: torch.Tensor) -> dict[str, Any]:

@@ -132,7 +132,7 @@ class FedBuff(StreamAlgorithm):
         return w, None, nbytes(w)
 
     # server half
-    def init_server(self, models: torch.Tensor) -> FedBuffState:
+    def init_stream_server(self, models: torch.Tensor) -> FedBuffState:
         w = models[0].detach().to(torch.float32).clone()  # the template's start: one random initialisation
         return FedBuffState(w=w, models={0: w}, clusters=int(models.shape[0]))
 

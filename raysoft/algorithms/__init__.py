@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
     from ..config import AlgorithmConfig
-    from .base import Algorithm
+    from .base import Algorithm, EngineAlgorithm
     from .stream import StreamAlgorithm
 
 _LAZY = {
@@ -31,10 +31,12 @@ _LAZY = {
 }
 
 
-def make_algorithm(settings: AlgorithmConfig) -> Algorithm | StreamAlgorithm:
+def make_algorithm(settings: AlgorithmConfig) -> EngineAlgorithm | StreamAlgorithm:
     """The algorithm object for a config's ``algorithm`` section: the class its ``name`` names
-    (:func:`raysoft.plugins.resolve`; built-ins and plug-ins alike), made from the settings."""
+    (:func:`raysoft.plugins.resolve`; built-ins and plug-ins alike), made from the settings,
+    with the defaults of the optional attributes it lacks (:func:`~.base.with_defaults`)."""
     from ..plugins import PluginError, resolve
+    from .base import with_defaults
 
     algorithm: Algorithm | StreamAlgorithm = resolve("algorithms", settings.name)(settings)
     ops = getattr(algorithm, "client_ops", None)
@@ -45,7 +47,7 @@ def make_algorithm(settings: AlgorithmConfig) -> Algorithm | StreamAlgorithm:
         raise PluginError(f"algorithm {settings.name!r}: client_ops has no 'evaluate' op (its ops: "
                           f"{', '.join(sorted(ops)) or 'none'}); add evaluate(ctx, client_state, payload, t) -> "
                           "(client_state, metrics)")
-    return algorithm
+    return algorithm if is_stream(algorithm) else with_defaults(algorithm)
 
 
 def is_stream(algorithm: object) -> TypeIs[StreamAlgorithm]:

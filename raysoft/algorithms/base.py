@@ -34,9 +34,10 @@ metrics (``absorb_eval`` still gets them); :func:`as_round_result` reads the old
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from types import MappingProxyType
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
@@ -47,6 +48,8 @@ from ..data import ClientData
 from ..models import DataInfo, build_model
 from ..params import Term, add_terms
 from ..rng import torch_generator
+
+T = TypeVar("T")
 
 
 def split_result(result: Any, part: int | None) -> tuple[torch.Tensor, Any]:
@@ -76,7 +79,7 @@ class Plan:
         if group is None:
             return add_terms(self.terms, parts, self.start)
         sums = [add_terms(terms, parts, self.zero()) for terms in self.groups(group)]
-        return self.finish(pairwise(sums))
+        return self.add_start(pairwise(sums, torch.add))
 
     # the tree shape (``ray.sum_shape: tree``): its association is fixed by the client ids alone
     def groups(self, group: int) -> list[dict[int, Term | list[Term]]]:
@@ -89,17 +92,16 @@ class Plan:
         """Where a run of the tree starts: zeros like ``start`` (None: like the first term)."""
         return None if self.start is None else torch.zeros_like(self.start)
 
-    def finish(self, total: torch.Tensor) -> torch.Tensor:
+    def add_start(self, total: torch.Tensor) -> torch.Tensor:
         """``start + total`` (into ``start``), or ``total`` when there is no start."""
         return total if self.start is None else self.start.add_(total)
 
 
-def leaves_state(algorithm: object, op: str) -> bool:
+def leaves_state(algorithm: OptionalHooks, op: str) -> bool:
     """Whether client op ``op`` of ``algorithm`` leaves the client's state as it was (its
     ``readonly_ops``, which read it, or its ``stateless_ops``, which do not; the engine's
     :data:`SERVED_OP` too), of any algorithm, synchronous or stream, where it declares them."""
-    return (op == SERVED_OP or op in getattr(algorithm, "stateless_ops", ())
-            or op in getattr(algorithm, "readonly_ops", ("evaluate",)))
+    return op == SERVED_OP or op in algorithm.stateless_ops or op in algorithm.readonly_ops
 
 
 # ----------------------------------------------------------------------------- the served model
@@ -107,16 +109,16 @@ SERVED_OP = "raysoft_served"  # the engine's client op: each client's personalis
 SERVED_MODELS, SERVED_INDEX = "raysoft_served_models", "raysoft_served_index"  # the default's payload
 
 
-def default_served(algorithm: object, state: Any) -> dict[str, Any] | None:
+def default_served(algorithm: OptionalHooks, state: Any) -> dict[str, Any] | None:
     """What the engine adds to the evaluation payload for an algorithm without ``serve``: the
     models ``centers(state)`` and each client's row of them, ``assignment(state)`` where the
     algorithm has one (its cluster's model), else the one center when there is exactly one (a
     global model). None: the engine cannot tell which model a client is served."""
-    centers = getattr(algorithm, "centers", None)
+    centers = algorithm.centers
     if centers is None:
         return None
     models = centers(state)
-    assign = getattr(algorithm, "assignment", None)
+    assign = algorithm.assignment
     if assign is not None:
         index = np.asarray(assign(state), dtype=np.int64)
         if index.min(initial=0) < 0:  # a client never assigned (IFCA before its first evaluation)
@@ -128,13 +130,13 @@ def default_served(algorithm: object, state: Any) -> dict[str, Any] | None:
     return {SERVED_MODELS: models, SERVED_INDEX: index}
 
 
-def has_served(algorithm: object, state: Any) -> bool:
+def has_served(algorithm: OptionalHooks, state: Any) -> bool:
     """Whether the engine can score each client's personalised model: the algorithm has
     ``serve`` or :func:`default_served` finds its models."""
-    return getattr(algorithm, "serve", None) is not None or default_served(algorithm, state) is not None
+    return algorithm.serve is not None or default_served(algorithm, state) is not None
 
 
-def served_op(algorithm: object) -> ClientOp:
+def served_op(algorithm: OptionalHooks) -> ClientOp:
     """The engine's client op :data:`SERVED_OP`: the model ``algorithm`` serves this client
     (its ``serve(ctx, client_state, payload, t)``, else :func:`default_served`'s row), scored
     by :func:`~raysoft.evaluation.score_client` on the client's test split
@@ -143,7 +145,7 @@ def served_op(algorithm: object) -> ClientOp:
     from ..evaluation import score_client
     from ..params import set_flat
 
-    serve = getattr(algorithm, "serve", None)
+    serve = algorithm.serve
 
     def op(ctx: ClientContext, cs: Any, payload: dict[str, Any], t: int) -> tuple[Any, dict[str, float] | None]:
         split = ctx.data.test_split()
@@ -162,7 +164,7 @@ def served_op(algorithm: object) -> ClientOp:
     return op
 
 
-def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any] | None, dict[str, Any], int],
+def served_batched(algorithm: OptionalHooks) -> Callable[[list[ClientContext], list[Any] | None, dict[str, Any], int],
                                                   list[dict[str, float] | None]]:
     """The engine's :data:`SERVED_OP` over several clients of one host: with ``serve``, client by
     client (:func:`served_op`; ``states`` are their client states); without, the clients served
@@ -173,7 +175,7 @@ def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any
     from ..evaluation import score_clients
     from ..params import set_flat
 
-    if getattr(algorithm, "serve", None) is not None:
+    if algorithm.serve is not None:
         one = served_op(algorithm)
 
         def each(ctxs: list[ClientContext], states: list[Any] | None, payload: dict[str, Any],
@@ -203,18 +205,19 @@ def served_batched(algorithm: object) -> Callable[[list[ClientContext], list[Any
     return grouped
 
 
-def pairwise(sums: list[torch.Tensor]) -> torch.Tensor:
-    """The sum of ``sums`` as a balanced tree of additions, in order: level by level,
-    ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep."""
+def pairwise(sums: list[T], add: Callable[[T, T], T]) -> T:
+    """The sum of ``sums`` as a balanced tree of additions ``add(a, b)``, in order: level by
+    level, ``[s0 + s1, s2 + s3, ...]`` (an odd last one carried up), so log2(n) levels deep.
+    The one tree of the tree-shaped sums: :meth:`Plan.apply` adds tensors (``torch.add``), the
+    Ray backend (:func:`raysoft.backends.actors.tree`) references to them on the actors."""
     if not sums:
         raise ValueError("pairwise: nothing to add")
     while len(sums) > 1:
-        sums = [torch.add(a, b) for a, b in zip(sums[0::2], sums[1::2])] + (sums[-1:] if len(sums) % 2 else [])
+        sums = [add(a, b) for a, b in zip(sums[0::2], sums[1::2])] + (sums[-1:] if len(sums) % 2 else [])
     return sums[0]
 
 
-
-def summed(plan: Plan, parts: Mapping[int, torch.Tensor]) -> torch.Tensor:
+def planned_sum(plan: Plan, parts: Mapping[int, torch.Tensor]) -> torch.Tensor:
     """``plan.apply(parts)`` for a plan that has a start or a term (an empty sum is an error)."""
     out = plan.apply(parts)
     if out is None:
@@ -440,11 +443,49 @@ ClientOp = Callable[[ClientContext, Any, dict[str, Any], int], tuple[Any, Any]]
 S = TypeVar("S", bound=AlgorithmConfig)
 
 
-class Configured(Generic[S]):
-    """An algorithm object made from its settings (its ``Settings``), which it reads as ``self.settings``."""
+# a batched client op: op(ctxs, client_states, payload, t) -> (client_states, results), one entry a client
+BatchedOp = Callable[[list[ClientContext], list[Any], dict[str, Any], int], tuple[list[Any], list[Any]]]
+# serve(ctx, client_state, payload, t) -> the model the client is served (a module, or a flat vector)
+ServeOp = Callable[[ClientContext, Any, dict[str, Any], int], "nn.Module | torch.Tensor"]
+
+
+class OptionalHooks(Protocol):
+    """The optional attributes of an algorithm, each with the default the engine reads when an
+    algorithm does not define it: :class:`Configured` (and so every built-in and the stream
+    template) inherits them, and :func:`with_defaults` gives them to a plug-in that implements
+    :class:`Algorithm` without it, so the engine reads them as plain attributes.
+
+    * ``readonly_ops``: the client ops that read the client state and leave it as it was;
+    * ``stateless_ops``: the client ops that do not read it (they get ``None``);
+    * ``batched_ops``: op name -> :data:`BatchedOp`, a host's clients of one call at once;
+    * ``own_data``: the clients build their data themselves (the streams), not the federation;
+    * ``state_types``: the classes of the algorithm's states a checkpoint may hold;
+    * ``centers(state)``, ``weights(state)`` (:class:`Clustered`), ``assignment(state)`` (each
+      client's center, -1 for none yet), ``absorb_eval(state, results)`` (the server learns from an
+      evaluation), ``serve`` (:data:`ServeOp`) and ``unseen_payload(state)`` (a held-out client's
+      cold start): None where the algorithm has no such method.
+    """
 
     readonly_ops: tuple[str, ...] = ("evaluate",)
     stateless_ops: tuple[str, ...] = ()
+    batched_ops: Mapping[str, BatchedOp] = MappingProxyType({})
+    own_data: bool = False
+    state_types: tuple[type, ...] = ()
+    centers: Callable[[Any], torch.Tensor] | None = None
+    weights: Callable[[Any], np.ndarray | None] | None = None
+    assignment: Callable[[Any], Sequence[int] | np.ndarray] | None = None
+    absorb_eval: Callable[[Any, dict[int, Any]], Any] | None = None
+    serve: ServeOp | None = None
+    unseen_payload: Callable[[Any], dict[str, Any]] | None = None
+
+
+OPTIONAL_HOOKS = ("readonly_ops", "stateless_ops", "batched_ops", "own_data", "state_types", "centers", "weights",
+                  "assignment", "absorb_eval", "serve", "unseen_payload")
+
+
+class Configured(OptionalHooks, Generic[S]):
+    """An algorithm object made from its settings (its ``Settings``), which it reads as
+    ``self.settings``; it has :class:`OptionalHooks`' defaults."""
 
     def __init__(self, settings: S) -> None:
         self.settings = settings
@@ -454,9 +495,10 @@ class Algorithm(Protocol):
     """The protocol of a synchronous algorithm (what the engine takes): made as
     ``Algo(settings)``, it has ``settings``, ``client_ops`` (op name -> :data:`ClientOp`,
     ``evaluate`` among them), ``init_server``, ``init_client``, ``round`` and ``eval_payload``.
-    Optional, read when present: ``centers`` and ``weights`` (:class:`Clustered`),
-    ``absorb_eval(state, results)``, ``assignment(state)``, ``readonly_ops``,
-    ``stateless_ops``, ``batched_ops`` and ``state_types``."""
+    Optional (:class:`OptionalHooks`, whose defaults the engine reads where an algorithm lacks
+    one): ``centers`` and ``weights`` (:class:`Clustered`), ``absorb_eval(state, results)``,
+    ``assignment(state)``, ``serve``, ``unseen_payload``, ``readonly_ops``, ``stateless_ops``,
+    ``batched_ops``, ``own_data`` and ``state_types``."""
 
     @property
     def settings(self) -> AlgorithmConfig: ...
@@ -471,6 +513,21 @@ class Algorithm(Protocol):
     def round(self, ctx: ServerContext, state: Any, t: int) -> RoundGenerator: ...
 
     def eval_payload(self, state: Any) -> dict[str, Any]: ...
+
+
+class EngineAlgorithm(Algorithm, OptionalHooks, Protocol):
+    """What the engine holds: an :class:`Algorithm` with every optional attribute
+    (:class:`OptionalHooks`), its own or the default (:func:`with_defaults`)."""
+
+
+def with_defaults(algorithm: Algorithm) -> EngineAlgorithm:
+    """``algorithm`` with :class:`OptionalHooks`' default of each optional attribute it lacks
+    (a plug-in that implements :class:`Algorithm` without :class:`Configured`), set on the
+    object; itself, unchanged, when it has every one (every :class:`Configured` does)."""
+    for name in OPTIONAL_HOOKS:
+        if not hasattr(algorithm, name):
+            setattr(algorithm, name, getattr(OptionalHooks, name))
+    return cast(EngineAlgorithm, algorithm)
 
 
 class Clustered(Algorithm, Protocol):

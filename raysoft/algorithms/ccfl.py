@@ -480,7 +480,7 @@ class CCFL(PretrainedStart):
     def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
         return reply["model"], None, nbytes(reply["model"])
 
-    def init_server(self, models: torch.Tensor) -> CCFLServerState:
+    def init_stream_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
 
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from .base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
-    summed,
+    planned_sum,
 )
 from .common import scratch_optimizer, select_uniform, train_from
 from .settings import FedEMConfig
@@ -93,7 +93,7 @@ class LearnerAverage(Reduction):
 
 def aggregate_learners(old: torch.Tensor, updates: dict[int, torch.Tensor], sizes: np.ndarray) -> torch.Tensor:
     """theta_m = sum_{t in S} (n_t/n) theta_m^(t) + (1 - sum_{t in S} n_t/n) theta_m^old."""
-    return summed(LearnerAverage(sizes, old).plan(dict.fromkeys(updates)), updates)
+    return planned_sum(LearnerAverage(sizes, old).plan(dict.fromkeys(updates)), updates)
 
 
 @torch.no_grad()

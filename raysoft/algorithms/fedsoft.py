@@ -34,7 +34,7 @@ from .base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
-    summed,
+    planned_sum,
 )
 from .common import batched_local_train, own_data_metrics, served_metrics
 from .settings import FedSoftConfig
@@ -131,12 +131,12 @@ class CenterSums(Reduction):
 
 def aggregate_selected(selected: list[np.ndarray], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """c_s = (1/|Sel_s|) sum_{k in Sel_s} w_k; a cluster that selected nobody keeps its center."""
-    return summed(CenterSums(old, tuple(selected)).plan(dict.fromkeys(models)), models)
+    return planned_sum(CenterSums(old, tuple(selected)).plan(dict.fromkeys(models)), models)
 
 
 def aggregate_full(v: np.ndarray, models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Full participation: c_s = sum_k v_sk w_k (``old`` if there is no model)."""
-    return summed(CenterSums(old, None, v).plan(dict.fromkeys(models)), models)
+    return planned_sum(CenterSums(old, None, v).plan(dict.fromkeys(models)), models)
 
 
 # ----------------------------------------------------------------------------- state

@@ -94,7 +94,7 @@ class FedSoftAsync(PretrainedStart):
         assert mu is not None
         return personalised_model(models, mu), {f"u[{k}]": float(v) for k, v in enumerate(mu)}
 
-    def init_server(self, models: torch.Tensor) -> CCFLServerState:
+    def init_stream_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
 
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:

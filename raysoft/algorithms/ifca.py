@@ -43,7 +43,7 @@ from .base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
-    summed,
+    planned_sum,
 )
 from .common import evaluate_vector, mean_losses, scratch_optimizer, select_uniform, served_vector_metrics, train_from
 from .settings import IFCAConfig
@@ -104,12 +104,12 @@ class CenterUpdate(Reduction):
 def average_members(assignments: dict[int, int], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Option II: theta_j = plain average of the models of the clients that chose j; empty
     clusters keep their center."""
-    return summed(CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models}), models)
+    return planned_sum(CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models}), models)
 
 
 def gradient_step(assignments: dict[int, int], grads: dict[int, Params], old: torch.Tensor, lr: float) -> torch.Tensor:
     """Option I: theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m = number of selected clients."""
-    return summed(CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads}), grads)
+    return planned_sum(CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads}), grads)
 
 
 def one_hot(assignment: np.ndarray, k: int) -> np.ndarray:

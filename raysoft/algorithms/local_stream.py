@@ -39,7 +39,7 @@ class LocalStream(PretrainedStart):
         """A held-out client's cold start: its own model after its first local training."""
         return w, {}
 
-    def init_server(self, models: torch.Tensor) -> CCFLServerState:
+    def init_stream_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)  # only its epoch t moves
 
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:

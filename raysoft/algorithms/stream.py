@@ -10,7 +10,7 @@ with a client half and a server half, both Ray-free:
   said by the hooks :meth:`~StreamAlgorithm.first_anchor`, :meth:`~StreamAlgorithm.receive`,
   :meth:`~StreamAlgorithm.start_from`, :meth:`~StreamAlgorithm.estimate` and
   :meth:`~StreamAlgorithm.upload`; every one trains with :func:`client_update`;
-* server half: ``init_server(models) -> state`` (from the pre-trained cluster models),
+* server half: ``init_stream_server(models) -> state`` (from the pre-trained cluster models),
   ``cold_start(state, initial_models)`` (what a client downloads before its first upload),
   ``server_step(state, client, upload, scratch, val_sets) -> (state, model, diag)`` for one
   upload, and ``reply(state, model)`` (what goes back to the client).
@@ -157,7 +157,7 @@ class StreamAlgorithm(Configured[StreamConfig]):
         return self._source
 
     def initial_models(self, cfg: Config, data: StreamSource) -> torch.Tensor:
-        """The K cluster models [K, d] the server starts from (``init_server``'s argument):
+        """The K cluster models [K, d] the server starts from (``init_stream_server``'s argument):
         by default one random initialisation (the model's, from ``(seed, "center", 0)``) for
         every cluster; CCFL and its baselines pre-train theirs (``pretrain_epochs``)."""
         return pretrain(cfg, data)
@@ -311,7 +311,9 @@ class StreamAlgorithm(Configured[StreamConfig]):
         return None, {**self.score_reply(ctx, cs, served), **extra}
 
     # ------------------------------------------------------------------ server half
-    def init_server(self, models: torch.Tensor) -> Any:
+    def init_stream_server(self, models: torch.Tensor) -> Any:
+        """The server's state, from the K cluster models [K, d] (:meth:`initial_models`). Not
+        ``init_server``, which is a synchronous algorithm's (from its ServerContext)."""
         raise NotImplementedError
 
     def cold_start(self, state: Any, initial_models: torch.Tensor) -> dict[str, Any]:

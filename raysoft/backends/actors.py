@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import ray
 
@@ -25,6 +25,17 @@ from ..errors import ClientFailure, RaysoftError, first_line
 from .cluster import joined_cluster
 from .deadlines import Deadlines
 from .plan import balanced_segments, not_placed
+
+if TYPE_CHECKING:  # torch and the runtime: imported where the executor runs, not on the driver
+    import numpy as np
+    import torch
+    from ray.util.placement_group import PlacementGroup
+
+    from ..algorithms.base import Plan
+    from ..config import RayConfig
+    from ..params import Term
+    from ..runtime.executor import Held, Placement
+    from .host import ClientHost
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +86,13 @@ class ClientActor:
 
     def __init__(self, cfg_dict: dict[str, Any], client_ids: list[int]) -> None:
         self.cfg_dict, self.client_ids = cfg_dict, list(client_ids)
-        self.host: Any = None
+        self.host: ClientHost | None = None
+
+    @property
+    def _host(self) -> ClientHost:
+        if self.host is None:
+            raise RuntimeError("the client actor was not started")
+        return self.host
 
     def ping(self) -> bool:
         return True
@@ -86,7 +103,7 @@ class ClientActor:
 
         time.sleep(seconds)
 
-    def start(self) -> dict[str, Any]:
+    def start(self) -> Placement:
         from ..devices import choose, deterministic
         from .host import ClientHost
 
@@ -97,45 +114,47 @@ class ClientActor:
         self.host = ClientHost(cfg, self.client_ids, device=str(device))
         return self.describe()
 
-    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
-        return self.host.call(op, client_ids, payload, t)
+    def call(self, op: str, client_ids: list[int], payload: dict[str, object], t: int) -> dict[int, object]:
+        return self._host.call(op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, Any]:
-        return self.host.keep(op, client_ids, payload, t, part)
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
+                           part: int | None) -> dict[int, Held]:
+        return self._host.call_for_reduction(op, client_ids, payload, t, part)
 
-    def add_terms(self, terms: dict[int, Any], acc: Any, fresh: bool = False) -> Any:
-        return self.host.add_terms(terms, acc, fresh)
+    def add_terms(self, terms: dict[int, Term | list[Term]], acc: torch.Tensor | None,
+                  fresh: bool = False) -> torch.Tensor:
+        return self._host.add_terms(terms, acc, fresh)
 
-    def combine(self, a: Any, b: Any) -> Any:
-        """One addition of the tree (``Plan.apply``'s ``pairwise``): ``a + b``."""
+    def combine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """One addition of the tree (:func:`~raysoft.algorithms.base.pairwise`): ``a + b``."""
         import torch
 
         return torch.add(a, b)
 
     def lend(self, client_ids: list[int]) -> dict[int, Any]:
-        return self.host.lend(client_ids)
+        return self._host.lend(client_ids)
 
     def take(self, states: dict[int, Any]) -> None:
-        self.host.take(states)
+        self._host.take(states)
 
     @ray.method(num_returns=2)
-    def visit(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int, extra: tuple,
-              *lent: dict[int, Any]) -> tuple[Any, dict[int, Any]]:
-        return self.host.visit(method, op, client_ids, payload, t, extra, lent)
+    def call_with_visitors(self, method: str, op: str, client_ids: list[int], payload: dict[str, object], t: int,
+                           extra: tuple[int | None, ...], *lent: dict[int, object],
+                           ) -> tuple[dict[int, object] | dict[int, Held], dict[int, object]]:
+        return self._host.call_with_visitors(method, op, client_ids, payload, t, extra, lent)
 
     def get_states(self) -> dict[int, Any]:
-        return self.host.get_states()
+        return self._host.get_states()
 
     def set_states(self, states: dict[int, Any]) -> None:
-        self.host.set_states(states)
+        self._host.set_states(states)
 
     def reset(self) -> None:
-        self.host.reset()
+        self._host.reset()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> Placement:
         ctx = ray.get_runtime_context()
-        return {"clients": self.host.client_ids, "node_id": ctx.get_node_id(), "device": str(self.host.device)}
+        return {"clients": self._host.client_ids, "node_id": ctx.get_node_id(), "device": str(self._host.device)}
 
 
 class ActorPool:
@@ -144,7 +163,8 @@ class ActorPool:
     reservation starts with the trial's own): their placement, every wait on them (with a
     deadline, :mod:`.deadlines`), and their recovery."""
 
-    def __init__(self, cfg: Config, blocks: list[list[int]], pg: Any = None, first_bundle: int = 0) -> None:
+    def __init__(self, cfg: Config, blocks: list[list[int]], pg: PlacementGroup | None = None,
+                 first_bundle: int = 0) -> None:
         self.cfg_dict = cfg.to_dict()
         self.num_clients = cfg.data.clients
         self.rc = cfg.ray
@@ -155,7 +175,8 @@ class ActorPool:
         self._placed(range(len(self.actors)))
         for attempt in range(5):  # an actor that dies while the clients are built is replaced
             try:
-                self.placement = self.gather([a.start.remote() for a in self.actors], "start", self.everyone())
+                self.placement: list[Placement] = self.gather([a.start.remote() for a in self.actors], "start",
+                                                              self.everyone())
                 break
             except ClientFailure:
                 if attempt == 4:
@@ -252,21 +273,29 @@ class ActorPool:
         return dead
 
 
+class Counters(TypedDict):
+    """The balancing's counters since the last ``take_counters``."""
+
+    actor_samples: list[int]  # per actor: the training samples it ran
+    clients_moved: int  # clients trained away from their actor
+
+
 class Routing:
     """Which actor runs which clients of a call: each client's home actor (``owner``), or with
     ``ray.balance: cost`` runs of even cost (:func:`~.plan.balanced_segments`) where the other
     actors' clients visit with their states; where each client last ran (its term of a sum is
     there), and the counters of that balancing."""
 
-    def __init__(self, rc: Any, owner: dict[int, int], num_actors: int, leaves_state: Callable[[str], bool]) -> None:
+    def __init__(self, rc: RayConfig, owner: dict[int, int], num_actors: int,
+                 leaves_state: Callable[[str], bool]) -> None:
         self.rc, self.owner, self.num_actors, self.leaves_state = rc, owner, num_actors, leaves_state
-        self.costs: Any = None  # per client: its samples (balanced rounds), from set_costs
+        self.costs: np.ndarray | None = None  # per client: its samples (balanced rounds), from set_costs
         self.where: dict[int, int] = {}  # client -> the actor its last call ran on
         self.samples = [0] * num_actors  # per actor: training samples run since take_counters()
         self.moved = 0  # clients trained away from their actor since take_counters()
 
-    def take_counters(self) -> dict[str, Any]:
-        out = {"actor_samples": list(self.samples), "clients_moved": self.moved}
+    def take_counters(self) -> Counters:
+        out: Counters = {"actor_samples": list(self.samples), "clients_moved": self.moved}
         self.samples, self.moved = [0] * self.num_actors, 0
         return out
 
@@ -278,10 +307,11 @@ class Routing:
         """Which actor runs which clients of a call: by owner, or (``ray.balance: cost``, for
         the ops that change client states, i.e. training) runs of consecutive client ids of
         even cost, run j on actor j (other actors' clients visit it with their states)."""
-        balance = (self.rc.balance == "cost" and self.costs is not None and not self.leaves_state(op)
+        costs = self.costs
+        balance = (self.rc.balance == "cost" and costs is not None and not self.leaves_state(op)
                    and self.rc.round_deadline_s is None and self.num_actors > 1)
-        if balance:
-            return dict(enumerate(balanced_segments(client_ids, self.costs, self.num_actors)))
+        if balance and costs is not None:
+            return dict(enumerate(balanced_segments(client_ids, costs, self.num_actors)))
         groups: dict[int, list[int]] = {}
         for k in sorted(client_ids):
             groups.setdefault(self.owner[k], []).append(k)
@@ -304,12 +334,12 @@ class Routing:
         return groups, visitors
 
 
-def chain(actors: list[Any], home: Callable[[int], int], terms: dict[int, Any], acc: Any,
+def chain(actors: list[Any], home: Callable[[int], int], terms: Mapping[int, Term | list[Term]], acc: Any,
           fresh: bool = False) -> tuple[Any, int]:
     """The reference to ``acc`` plus ``terms``, added actor after actor in client-id order, each
     client's term on its actor (``home``) (``fresh``: from zeros like ``acc``), and the actor it
     ends on."""
-    parts: dict[int, dict[int, Any]] = {}
+    parts: dict[int, dict[int, Term | list[Term]]] = {}
     for k in sorted(terms):
         parts.setdefault(home(k), {})[k] = terms[k]
     order = sorted(parts, key=lambda i: min(parts[i]))
@@ -321,19 +351,21 @@ def chain(actors: list[Any], home: Callable[[int], int], terms: dict[int, Any], 
     return acc, order[-1]
 
 
-def tree(actors: list[Any], home: Callable[[int], int], plan: Any, group: int) -> Any:
+def tree(actors: list[Any], home: Callable[[int], int], plan: Plan, group: int) -> Any:
     """``ray.sum_shape: tree``: each run of ``group`` consecutive clients is a short chain from
     zeros (all runs at once), the runs' sums are added pairwise on the actors, and the total to
     the start: the additions of ``Plan.apply(parts, group)``, log-depth. The total's reference."""
+    from ..algorithms.base import pairwise  # torch: imported where the executor runs, not on the driver
+
     start = None if plan.start is None else ray.put(plan.start)
     level = [chain(actors, home, terms, start, fresh=True) for terms in plan.groups(group)]
-    # each pair is added on the actor that made its first sum (the tensor is already there)
-    while len(level) > 1:
-        pairs = zip(level[0::2], level[1::2])
-        level = [(actors[i].combine.remote(a, b), i) for (a, i), (b, _) in pairs] + (
-            level[-1:] if len(level) % 2 else [])
-    total, i = level[0]
-    if start is not None:  # start + total, as Plan.finish
+
+    def add(x: tuple[Any, int], y: tuple[Any, int]) -> tuple[Any, int]:
+        """One addition of the tree, on the actor that made ``x``'s sum (the tensor is already there)."""
+        return actors[x[1]].combine.remote(x[0], y[0]), x[1]
+
+    total, i = pairwise(level, add)
+    if start is not None:  # start + total, as Plan.add_start
         total = actors[i].combine.remote(start, total)
     return total
 
@@ -344,7 +376,8 @@ class RayExecutor:
     call (:class:`Routing`: by owner, or balanced by cost with the other actors' clients
     visiting), and the sums of the clients' terms along the actors (:func:`chain`, :func:`tree`)."""
 
-    def __init__(self, cfg: Config, blocks: list[list[int]], pg: Any = None, first_bundle: int = 0) -> None:
+    def __init__(self, cfg: Config, blocks: list[list[int]], pg: PlacementGroup | None = None,
+                 first_bundle: int = 0) -> None:
         from functools import partial
 
         from ..algorithms import make_algorithm
@@ -362,32 +395,33 @@ class RayExecutor:
         return self.pool.actors
 
     @property
-    def placement(self) -> list[dict[str, Any]]:
+    def placement(self) -> list[Placement]:
         """Each actor's clients, node and device (as its ``describe``)."""
         return self.pool.placement
 
     @placement.setter
-    def placement(self, value: list[dict[str, Any]]) -> None:
+    def placement(self, value: list[Placement]) -> None:
         self.pool.placement = value
 
-    def set_costs(self, costs: Any) -> None:
+    def set_costs(self, costs: np.ndarray) -> None:
         """Each client's cost (its training samples): with ``ray.balance: cost``, the clients of a
         training call are split over the actors by it."""
         self.routing.costs = costs
 
-    def take_counters(self) -> dict[str, Any]:
+    def take_counters(self) -> Counters:
         """Since the last call: each actor's training samples (a client's samples per training
         call, the cost ``ray.balance`` evens out) and the clients trained away from their actor."""
         return self.routing.take_counters()
 
-    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
+    def call(self, op: str, client_ids: list[int], payload: dict[str, object], t: int) -> dict[int, object]:
         return self._run("call", op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, Any]:
-        return self._run("keep", op, client_ids, payload, t, (part,))
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
+                           part: int | None) -> dict[int, Held]:
+        held: dict[int, Held] = self._run("call_for_reduction", op, client_ids, payload, t, (part,))  # type: ignore[assignment]  # what that method answers
+        return held
 
-    def accumulate(self, plan: Any) -> Any:
+    def accumulate(self, plan: Plan) -> torch.Tensor:
         """The chain: the actor with the lowest client ids starts the sum from the plan's start,
         each next actor adds its clients' terms to the partial sum it receives (Ray passes the
         reference on, the tensor goes actor to actor), so the terms are added in client-id
@@ -399,8 +433,8 @@ class RayExecutor:
             total = chain(self.actors, self.routing.home, plan.terms, plan.start)[0]
         return self.pool.gather([total], "sum")[0]
 
-    def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             extra: tuple = ()) -> dict[int, Any]:
+    def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, object], t: int,
+             extra: tuple[int | None, ...] = ()) -> dict[int, object]:
         ref = ray.put(payload)  # once per call, shared by every actor
         groups, visitors = self.routing.route(op, client_ids)
         trains = not self.leaves_state(op)
@@ -409,7 +443,7 @@ class RayExecutor:
         self.late = []
         if self.rc.round_deadline_s is not None and trains and asked:  # none asked: no wait
             futures, asked = self._stragglers_left_out(futures, asked, self.rc.round_deadline_s)
-        out: dict[int, Any] = {}
+        out: dict[int, object] = {}
         who = [self.routing.where[ks[0]] for ks in asked]
         for ks, result in zip(asked, self.pool.gather(futures, op, who)):
             out.update(result)
@@ -419,7 +453,7 @@ class RayExecutor:
         return out
 
     def _dispatch(self, method: str, op: str, groups: dict[int, list[int]], visitors: dict[int, dict[int, list[int]]],
-                  ref: Any, t: int, extra: tuple, trains: bool) -> tuple[list, list]:
+                  ref: ray.ObjectRef, t: int, extra: tuple[int | None, ...], trains: bool) -> tuple[list, list]:
         """Start a call on every actor of ``groups`` (the payload ``ref`` put once, shared); the
         ``visitors`` (clients away from home) visit with their states, lent by their owners and
         (after a training call) taken back. (The calls' futures in actor order, the takes'.)"""
@@ -431,8 +465,8 @@ class RayExecutor:
             if i not in lent:
                 futures.append(getattr(actors[i], method).remote(op, ks, ref, t, *extra))
                 continue
-            visit, back[i] = actors[i].visit.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
-            futures.append(visit)
+            answer, back[i] = actors[i].call_with_visitors.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            futures.append(answer)
         # the visitors' new states go home, actor to actor; asked for after every call, so that
         # no actor's own training waits behind a take (an actor runs its calls in order)
         returned = [actors[o].take.remote(states) for i, states in sorted(back.items()) for o in visitors[i]

@@ -12,22 +12,22 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..algorithms import ClientContext, Plan, make_algorithm
-from ..algorithms.base import SERVED_OP, leaves_state, served_batched, split_result
+from ..algorithms.base import SERVED_OP, BatchedOp, leaves_state, served_batched, split_result
 from ..config import Config
 from ..data import ClientData, Federation
 from ..devices import state_to_device, to_device, with_index
 from ..errors import ClientFailure, plugin_call
 from ..models import build_model
-from ..params import add_terms
+from ..params import Term, add_terms
 from ..runtime.comm import wire_bytes
-from ..runtime.executor import finite
+from ..runtime.executor import Held, Placement, finite
 from ..runtime.faults import slowdown
 from ..runtime.threads import client_threads, torch_threads
 from .allocator import release_free_memory
@@ -49,13 +49,13 @@ class ClientHost:
         self.cfg = cfg
         self.device = with_index(device)
         self.algorithm = make_algorithm(cfg.algorithm)
-        self.placement: list[dict[str, Any]] = []  # one process: no actors to describe
+        self.placement: list[Placement] = []  # one process: no actors to describe
         self.late: list[int] = []  # no deadline in-process
         self._dead = False
         fed = Federation(cfg.data, cfg.seed)
         self.contexts: dict[int, ClientContext] = {}
-        self.states: MutableMapping[int, Any] = {}
-        self.kept: dict[int, Any] = {}  # summed parts of results held for add_terms()
+        self.states: MutableMapping[int, object] = {}
+        self.kept: dict[int, torch.Tensor] = {}  # summed parts of results held for add_terms()
         self.fed = fed
         self.scratch = build_model(cfg.model, fed.info).to(self.device)  # shared: ops never keep it
         with torch_threads(client_threads(cfg)):
@@ -72,7 +72,7 @@ class ClientHost:
             self.contexts[k] = self._context(k)
         self.states = StateStore(self.cfg.ray.client_state, self._initial_state, ids, self.cfg.ray.state_dir,
                                  self.device)
-        if getattr(self.algorithm, "batched_ops", None) and self._batched("train", [0, 1], -1) is not None:
+        if self.algorithm.batched_ops and self._batched("train", [0, 1], -1) is not None:
             from ..batched import warm_up
 
             warm_up()
@@ -80,11 +80,11 @@ class ClientHost:
     def _context(self, k: int) -> ClientContext:
         """Client k's data and context, built from (data config, seed, k)."""
         fed = self.fed
-        data = _EMPTY if getattr(self.algorithm, "own_data", False) else fed.with_test_split(k, fed.client_data(k))
+        data = _EMPTY if self.algorithm.own_data else fed.with_test_split(k, fed.client_data(k))
         data = to_device(data, self.device)
         return ClientContext(cfg=self.cfg, client=k, data=data, info=fed.info, scratch=self.scratch, device=self.device)
 
-    def _initial_state(self, k: int) -> Any:
+    def _initial_state(self, k: int) -> object:
         """Client k's state before its first call, from (seed, client id)."""
         with torch_threads(client_threads(self.cfg)):
             return state_to_device(self.algorithm.init_client(self.contexts[k]), self.device)
@@ -130,13 +130,14 @@ class ClientHost:
         """Take back the updated states of the hosted clients among ``states`` (others' are skipped)."""
         self.set_states({k: st for k, st in states.items() if int(k) in self.contexts})
 
-    def visit(self, method: str, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-              extra: tuple, lent: Iterable[dict[int, Any]]) -> tuple[Any, dict[int, Any]]:
-        """:meth:`call` or :meth:`keep` (``method``) for ``client_ids``, some of them other hosts'
-        clients whose states are ``lent`` (dicts from their hosts' :meth:`lend`). Returns the
-        method's answer and the visitors' states after the op, on the CPU (none if the op leaves
-        states unchanged), for their hosts' :meth:`take`."""
-        guests: dict[int, Any] = {}
+    def call_with_visitors(self, method: str, op: str, client_ids: Iterable[int], payload: dict[str, object], t: int,
+                           extra: tuple[int | None, ...], lent: Iterable[dict[int, object]],
+                           ) -> tuple[dict[int, object] | dict[int, Held], dict[int, object]]:
+        """:meth:`call` or :meth:`call_for_reduction` (``method``) for ``client_ids``, some of
+        them other hosts' clients whose states are ``lent`` (dicts from their hosts'
+        :meth:`lend`). Returns the method's answer and the visitors' states after the op, on
+        the CPU (none if the op leaves states unchanged), for their hosts' :meth:`take`."""
+        guests: dict[int, object] = {}
         for part in lent:
             guests.update({int(k): state_to_device(st, self.device) for k, st in part.items()})
         for k in guests:
@@ -156,8 +157,8 @@ class ClientHost:
             self.contexts, self.states = own_contexts, own_states
         return out, {k: state_to_device(guests[k], CPU) for k in sorted(changed)}
 
-    def call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-             on_cpu: bool = True) -> dict[int, Any]:
+    def call(self, op: str, client_ids: Iterable[int], payload: dict[str, object], t: int,
+             on_cpu: bool = True) -> dict[int, object]:
         """Run client op ``op`` for each of ``client_ids`` (in id order); results on the CPU
         (``on_cpu`` False: where the op made them, the host's device)."""
         if self._dead:
@@ -169,8 +170,8 @@ class ClientHost:
             if self.cfg.ray.trim_memory:
                 release_free_memory()
 
-    def keep(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-             part: int | None = None) -> dict[int, tuple[bool, Any, int]]:
+    def call_for_reduction(self, op: str, client_ids: Iterable[int], payload: dict[str, object], t: int,
+                           part: int | None = None) -> dict[int, Held]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
         the whole result) here, on the host's device, for :meth:`add_terms`. Returns {client:
         (finite, the rest of its result, on the CPU, the bytes of its whole result)}: on a GPU
@@ -183,7 +184,7 @@ class ClientHost:
             out[k] = (finite(r), to_device(rest, CPU), wire_bytes(r))
         return out
 
-    def add_terms(self, terms: dict[int, tuple[int | None, float]], acc: torch.Tensor | None,
+    def add_terms(self, terms: Mapping[int, Term | list[Term]], acc: torch.Tensor | None,
                   fresh: bool = False) -> torch.Tensor:
         """``acc`` plus this host's terms of a plan, added in client-id order (see
         ``params.add_terms``) on the host's device; drops the kept results it used. ``fresh``:
@@ -201,10 +202,10 @@ class ClientHost:
         parts = {k: to_device(v, self.device) for k, v in kept.items()}
         return to_device(to_device(plan, self.device).apply(parts, self.cfg.ray.tree_group), CPU)
 
-    def _batched(self, op: str, ids: list[int], t: int) -> Any:
+    def _batched(self, op: str, ids: list[int], t: int) -> BatchedOp | None:
         """The algorithm's batched version of ``op`` if it may run here (not for an injected
         straggler, which is slowed client by client), else None."""
-        fn = getattr(self.algorithm, "batched_ops", {}).get(op)
+        fn = self.algorithm.batched_ops.get(op)
         if fn is None or not ids or any(self._slowdown(k, t) > 1 for k in ids) or self._budget(op) is not None:
             return None
         if leaves_state(self.algorithm, op):  # scoring, not training (FedAvg's evaluate): always together
@@ -217,8 +218,8 @@ class ClientHost:
             log.warning("train.batched_clients: on, but the model has %s; training clients one by one", why)
         return fn if use_batched(self.cfg.train, self.cfg.model.name, self.scratch, self.device) else None
 
-    def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-              home: torch.device) -> dict[int, Any]:
+    def _call(self, op: str, client_ids: Iterable[int], payload: dict[str, object], t: int,
+              home: torch.device) -> dict[int, object]:
         """:meth:`call`, its results moved to ``home``."""
         if op == SERVED_OP:
             return self._served(client_ids, payload, t, home)
@@ -233,8 +234,8 @@ class ClientHost:
             for k, st in zip(ids, states):
                 self.states[k] = st
             return {k: to_device(res, home) for k, res in zip(ids, results)}
-        out: dict[int, Any] = {}
-        stateless = op in getattr(self.algorithm, "stateless_ops", ())
+        out: dict[int, object] = {}
+        stateless = op in self.algorithm.stateless_ops
         keeps = leaves_state(self.algorithm, op)
         budget = self._budget(op)
         for k in sorted(int(c) for c in client_ids):
@@ -253,13 +254,13 @@ class ClientHost:
             out[k] = to_device(result, home)
         return out
 
-    def _served(self, client_ids: Iterable[int], payload: dict[str, Any], t: int,
-                home: torch.device) -> dict[int, Any]:
+    def _served(self, client_ids: Iterable[int], payload: dict[str, object], t: int,
+                home: torch.device) -> dict[int, object]:
         """The engine's op :data:`SERVED_OP` for these clients (:func:`served_batched`): their
         served models on their test splits; their states are read only for an algorithm's ``serve``."""
         ids = sorted(int(c) for c in client_ids)
         payload = to_device(payload, self.device)
-        states = [self.states[k] for k in ids] if getattr(self.algorithm, "serve", None) is not None else None
+        states = [self.states[k] for k in ids] if self.algorithm.serve is not None else None
         results = plugin_call(served_batched(self.algorithm), ([self.contexts[k] for k in ids], states, payload, t),
                               f"{self._who()} raised serving its clients' models, round {t}")
         return {k: to_device(r, home) for k, r in zip(ids, results)}
@@ -279,18 +280,18 @@ class ClientHost:
         return 1.0 if self.cfg.clock.on else slowdown(self.cfg.faults, client, t)
 
 
-class _Visiting(MutableMapping):
+class _Visiting(MutableMapping[int, object]):
     """A host's own states plus visiting clients' (lent) states, during one visit; records
     which visitors' states the op replaced."""
 
-    def __init__(self, own: Any, guests: dict[int, Any]) -> None:
+    def __init__(self, own: MutableMapping[int, object], guests: dict[int, object]) -> None:
         self.own, self.guests = own, guests
         self.changed: set[int] = set()
 
-    def __getitem__(self, k: int) -> Any:
+    def __getitem__(self, k: int) -> object:
         return self.guests[k] if k in self.guests else self.own[k]
 
-    def __setitem__(self, k: int, state: Any) -> None:
+    def __setitem__(self, k: int, state: object) -> None:
         if k in self.guests:
             self.guests[k] = state
             self.changed.add(k)
@@ -300,7 +301,7 @@ class _Visiting(MutableMapping):
     def __delitem__(self, k: int) -> None:
         raise TypeError("a visiting client's state cannot be deleted")
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(sorted(set(self.own) | set(self.guests)))
 
     def __len__(self) -> int:

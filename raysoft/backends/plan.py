@@ -17,8 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..config import ConfigError, RayConfig
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _EPS = 1e-9
 _MANY = 10**12  # more actors than any cluster hosts; bounds the arithmetic of tiny requests
@@ -204,7 +208,7 @@ def not_placed(num_clients: int, rc: RayConfig, cluster: Cluster, actors: int, s
             "ray.placement_timeout_s")
 
 
-def balanced_segments(ids: Sequence[int], costs: Sequence[int], parts: int) -> list[list[int]]:
+def balanced_segments(ids: Sequence[int], costs: Sequence[int] | np.ndarray, parts: int) -> list[list[int]]:
     """A call's clients ``ids`` split into at most ``parts`` runs of consecutive ids (in id order),
     the largest run's cost (``costs[k]``: client k's samples) as small as any split into runs can
     make it; earlier runs are filled first. Runs of consecutive ids keep the sums of the chain in

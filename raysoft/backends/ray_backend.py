@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -28,6 +28,11 @@ from .cluster import joined_cluster, reserve
 from .deadlines import Deadlines
 from .plan import Cluster, plan
 from .session import connect, plugin_env, shutdown
+
+if TYPE_CHECKING:  # the runtime imports torch: in the coordinator's process only
+    from ray.util.placement_group import PlacementGroup
+
+    from ..runtime import OneThread
 
 # The driver imports neither torch nor the runtime (hundreds of MB per process;
 # docs/performance.md): the coordinator and client actors import them in their own processes.
@@ -42,18 +47,24 @@ class CoordinatorActor:
 
     def __init__(self) -> None:
         self.executor: RayExecutor | None = None
-        self.coord: Any = None
+        self.coord: OneThread | None = None
 
     def start(self, cfg_dict: dict[str, Any], run_id: str, run_dir: str | None, resume: bool,
-              blocks: list[list[int]], pg: Any, first_bundle: int = 0) -> None:
+              blocks: list[list[int]], pg: PlacementGroup | None, first_bundle: int = 0) -> None:
         from ..runtime import make_coordinator
 
         cfg = parse_config(cfg_dict)
         self.executor = RayExecutor(cfg, blocks, pg, first_bundle)
         self.coord = make_coordinator(cfg, self.executor, run_id, run_dir=run_dir, resume=resume)
 
+    @property
+    def _coord(self) -> OneThread:
+        if self.coord is None:
+            raise RuntimeError("the coordinator actor was not started")
+        return self.coord
+
     def advance(self, stop: bool = False) -> dict[str, Any]:
-        return self.coord.advance(stop)
+        return self._coord.advance(stop)
 
     @ray.method(concurrency_group="control")
     def shutdown(self) -> None:
@@ -62,8 +73,8 @@ class CoordinatorActor:
         for a in self.executor.actors if self.executor is not None else ():
             ray.kill(a)
 
-    def results(self):
-        return self.coord.results()
+    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self._coord.results()
 
 
 def run(cfg: Config, run_id: str, on_progress, run_dir: str | None = None, resume: bool = False):
@@ -131,7 +142,7 @@ class _Asker:
         fixed = 4 * self.rc.call_timeout_s + 120 if self.rc.call_timeout_s is not None else 0.0
         return max(2 * self.deadlines.limit(op) + 120, fixed)
 
-    def __call__(self, op: str, *args: Any) -> Any:
+    def __call__(self, op: str, *args: object) -> Any:
         ref = getattr(self.coord, op).remote(*args)
         began, limit = time.monotonic(), self.limit(op)
         ready, _ = ray.wait([ref], timeout=limit)
@@ -147,7 +158,7 @@ class _Asker:
         return out
 
 
-def _release(coord: Any, pg: Any) -> None:
+def _release(coord: Any, pg: PlacementGroup | None) -> None:
     """Stop the coordinator and its client actors and free their placement group (best effort,
     bounded: the coordinator may be gone)."""
     if coord is not None:

@@ -7,7 +7,7 @@ wraps either one to inject failures for testing.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 import torch
@@ -16,16 +16,32 @@ from ..algorithms.base import Plan
 from ..tree import leaves
 
 
+class Placement(TypedDict):
+    """Where one client actor runs (its ``describe``)."""
+
+    clients: list[int]
+    node_id: str
+    device: str
+
+
+# what a call_for_reduction answers for one client: (its result is finite, the rest of its result
+# (:func:`~raysoft.algorithms.base.split_result`), on the CPU, the bytes of its whole result)
+Held = tuple[bool, object, int]
+
+
 class Executor(Protocol):
-    placement: list[dict[str, Any]]  # per actor: {"clients": [...], "node_id": ..., "device": ...}
+    """Payloads, results and client states are the algorithm's: the executor only carries them
+    (``object``), the algorithm reads them."""
+
+    placement: list[Placement]  # per actor (none in-process)
     late: list[int]  # clients whose results missed the last call's deadline (dropped)
 
-    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
+    def call(self, op: str, client_ids: list[int], payload: dict[str, object], t: int) -> dict[int, object]:
         """Run client op ``op`` for ``client_ids`` with the broadcast ``payload``; results by client."""
         ...
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, tuple[bool, Any, int]]:
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
+                           part: int | None) -> dict[int, Held]:
         """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
         the whole result) where it ran; return {client: (finite, the rest of its result, the
         bytes of its whole result, :func:`~raysoft.runtime.comm.wire_bytes`)}."""
@@ -35,11 +51,11 @@ class Executor(Protocol):
         """The plan's sum of the kept results, added in client-id order; drops what was kept."""
         ...
 
-    def get_states(self) -> dict[int, Any]:
+    def get_states(self) -> dict[int, object]:
         """Every client's state, on the CPU (for checkpoints)."""
         ...
 
-    def set_states(self, states: dict[int, Any]) -> None: ...
+    def set_states(self, states: dict[int, object]) -> None: ...
 
     def reset(self) -> None:
         """Rebuild every client from (seed, client id): data and initial state."""
@@ -49,13 +65,17 @@ class Executor(Protocol):
         """Replace dead actors (their clients rebuilt from seed and id)."""
         ...
 
+    def kill(self, actor: int) -> None:
+        """Fault injection: client actor ``actor`` dies (in-process: the next call fails)."""
+        ...
 
-def finite(result: Any) -> bool:
+
+def finite(result: object) -> bool:
     """Whether every float tensor and array in a (nested, :mod:`raysoft.tree`) result is finite."""
     return all(_finite(leaf) for leaf in leaves(result))
 
 
-def _finite(leaf: Any) -> bool:
+def _finite(leaf: object) -> bool:
     # A finite sum proves every element finite (a NaN or an infinity never sums to a finite
     # value); only a non-finite sum, which finite values can also reach by overflow, needs the
     # element-wise check, which costs many times more.

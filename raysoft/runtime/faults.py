@@ -19,6 +19,7 @@ from ..algorithms.base import SERVED_OP
 from ..config import Fault
 from ..tree import map_leaves
 from ..unseen import UNSEEN_OP
+from .executor import Executor, Held
 
 
 def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
@@ -27,12 +28,12 @@ def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
                or [1.0])
 
 
-def poison(result: Any) -> Any:
+def poison(result: object) -> object:
     """The result with its float tensors and arrays (nested, :mod:`raysoft.tree`) filled with NaN."""
     return map_leaves(_nan, result)
 
 
-def _nan(leaf: Any) -> Any:
+def _nan(leaf: object) -> object:
     if isinstance(leaf, torch.Tensor) and leaf.is_floating_point():
         return torch.full_like(leaf, float("nan"))
     if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
@@ -47,15 +48,15 @@ EVALUATION_OPS = ("evaluate", SERVED_OP, UNSEEN_OP)  # the calls of an evaluatio
 class FaultInjector:
     """An executor that injects the config's faults into the one it wraps."""
 
-    def __init__(self, inner: Any, faults: Sequence[Fault]) -> None:
-        self.inner = inner  # an Executor with ``kill(actor)`` (both backends have one)
+    def __init__(self, inner: Executor, faults: Sequence[Fault]) -> None:
+        self.inner = inner
         self.faults = list(faults)
         self.fired: set[int] = set()  # kill faults already triggered (never re-fired after a restore)
         self.on_event: EventFn = lambda *a, **k: None  # the coordinator's event recorder
 
     def __getattr__(self, name: str) -> Any:
-        """Everything else (placement, late, states, reset, recover, accumulate) is the inner
-        executor's."""
+        """Everything else (placement, late, states, reset, recover, accumulate, and the Ray
+        executor's hang, set_costs, take_counters) is the inner executor's."""
         return getattr(self.inner, name)
 
     def _before(self, op: str, t: int) -> None:
@@ -69,12 +70,12 @@ class FaultInjector:
             if f.kind == "hang_actor" and f.at_round == t and i not in self.fired:
                 self.fired.add(i)
                 self.on_event("fault_injected", f"hang actor {f.actor} for {f.factor:g} s", actor=f.actor)
-                self.inner.hang(f.actor, f.factor)
+                self.inner.hang(f.actor, f.factor)  # type: ignore[attr-defined]  # hang_actor: the Ray backend's
 
     def _poisoned(self, op: str, t: int) -> list[int]:
         return [f.client for f in self.faults if f.kind == "nan_update" and f.at_round == t and op == "train"]
 
-    def call(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int) -> dict[int, Any]:
+    def call(self, op: str, client_ids: list[int], payload: dict[str, object], t: int) -> dict[int, object]:
         self._before(op, t)
         results = self.inner.call(op, client_ids, payload, t)
         for k in self._poisoned(op, t):
@@ -82,10 +83,10 @@ class FaultInjector:
                 results[k] = poison(results[k])
         return results
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, tuple[bool, Any, int]]:
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
+                           part: int | None) -> dict[int, Held]:
         self._before(op, t)
-        flags = self.inner.keep(op, client_ids, payload, t, part)
+        flags = self.inner.call_for_reduction(op, client_ids, payload, t, part)
         for k in self._poisoned(op, t):  # a NaN update is never summed: it is not finite (it was sent: its bytes stay)
             if k in flags:
                 flags[k] = (False, poison(flags[k][1]), *flags[k][2:])

@@ -24,6 +24,7 @@ from ..algorithms.base import (
     has_served,
     leaves_state,
     split_result,
+    with_defaults,
 )
 from ..config import Config
 from ..data import Federation
@@ -63,7 +64,7 @@ class RoundCoordinator(CoordinatorBase):
                  run_dir: str | None = None) -> None:
         self._round = 0
         super().__init__(cfg, executor, run_id, run_dir)
-        self.algorithm = algorithm
+        self.algorithm = with_defaults(algorithm)  # the optional attributes it lacks: their defaults
         self.fed = Federation(cfg.data, cfg.seed)
         self.ctx = ServerContext(cfg=cfg, sizes=self.fed.sizes, info=self.fed.info, held_out=self.held_out)
         if hasattr(executor, "set_costs"):  # balanced rounds: a client's training costs its samples
@@ -132,7 +133,7 @@ class RoundCoordinator(CoordinatorBase):
     def evaluate(self) -> dict[str, float]:
         """Every center on every holdout set (an algorithm without ``centers`` has none);
         every client's local model on its own data (its ``evaluate`` op's metrics)."""
-        centers = getattr(self.algorithm, "centers", None)
+        centers = self.algorithm.centers
         if centers is not None:
             scores = self.evaluate_clusters(self.scratch, centers(self.state), self.holdouts, self.fed.info.task,
                                             self.metric)
@@ -150,7 +151,7 @@ class RoundCoordinator(CoordinatorBase):
                 raise PluginFailure(f"algorithm {self.cfg.algorithm.name!r}: client {k}: {err}") from None
             for name, value in metrics[k].items():
                 self.row("client", k, -1, name, value)
-        absorb = getattr(self.algorithm, "absorb_eval", None)
+        absorb = self.algorithm.absorb_eval
         if absorb is not None:
             self.state = absorb(self.state, local)
         self.center_scores = scores
@@ -171,7 +172,7 @@ class RoundCoordinator(CoordinatorBase):
     def _cold_starts(self) -> None:
         """The held-out clients' cold starts, with the algorithm's ``unseen_payload(state)``
         (else its ``eval_payload(state)``)."""
-        make = getattr(self.algorithm, "unseen_payload", None) or self.algorithm.eval_payload
+        make = self.algorithm.unseen_payload or self.algorithm.eval_payload
         sent = make(self.state)
         self._count(UNSEEN_OP, int(self.fed.sizes[list(self.held_out)].sum()))
         self.score_unseen(self.algorithm, sent, self.metric,
@@ -194,7 +195,7 @@ class RoundCoordinator(CoordinatorBase):
         """The algorithm's clusterings against the clients' true clusters (the argmax of their
         realised shares, as in ``clients.parquet``): ``clustering.parquet`` rows."""
         truth = self.fed.realized_shares()
-        assign = getattr(self.algorithm, "assignment", None)
+        assign = self.algorithm.assignment
         hard = None if assign is None else np.asarray(assign(self.state))
         weights = None if hard is not None else self._weights()
         ids = list(self.training)  # a held-out client has no cluster of its own (data.held_out)
@@ -250,7 +251,8 @@ class RoundCoordinator(CoordinatorBase):
         red = call.reduce
         assert red is not None
         if self.cfg.ray.reduce_in_actors:
-            flags = self._exec(self.executor.keep, call.op, call.clients, call.payload, t, red.part, sent=call.payload)
+            flags = self._exec(self.executor.call_for_reduction, call.op, call.clients, call.payload, t, red.part,
+                               sent=call.payload)
             self._report_late(call.op)
             for k in sorted(flags):  # the size of the whole result, counted where it was made
                 self._comm.returned(k, flags[k][2])
@@ -334,7 +336,7 @@ class RoundCoordinator(CoordinatorBase):
 
     def _weights(self) -> np.ndarray | None:
         """The algorithm's ``weights(state)``, or None when it has no ``weights``."""
-        weights = getattr(self.algorithm, "weights", None)
+        weights = self.algorithm.weights
         return None if weights is None else weights(self.state)
 
     # ------------------------------------------------------------------ the end
@@ -362,7 +364,7 @@ class RoundCoordinator(CoordinatorBase):
         if self.held_out:  # the importance-weight error of the training clients
             weights, truth = (None if weights is None else weights[self.training]), truth[self.training]
         out = summarize(self.center_scores, self.metric, self.local_means, weights, truth)
-        assign = getattr(self.algorithm, "assignment", None)
+        assign = self.algorithm.assignment
         if assign is not None:
             out.update(self._record_assignments(np.asarray(assign(self.state))))
         out.update(

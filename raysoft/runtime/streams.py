@@ -74,7 +74,7 @@ class StreamCoordinator(CoordinatorBase):
 
     def init_run(self) -> None:
         n = self.cfg.data.clients
-        self.state = self.algorithm.init_server(self.initial_models)
+        self.state = self.algorithm.init_stream_server(self.initial_models)
         self.uploads = 0  # the engine's upload counter (the global epoch t): never the plug-in's state
         self.joins = np.asarray(self.cfg.data.join_schedule or [0.0] * n, dtype=float)
         self.next_time = np.array([self.joins[m] + self._gap(m, 0) for m in range(n)])  # each client's next tick

@@ -56,7 +56,7 @@ def test_every_client_call_trims_when_asked(monkeypatch, trim):
     monkeypatch.setattr(host_module, "release_free_memory", lambda: calls.append(1) or True)
     h = fedavg_host(trim)
     h.call("train", [1, 4], MODEL, 0)
-    h.keep("train", [2], MODEL, 1)
+    h.call_for_reduction("train", [2], MODEL, 1)
     h.call("evaluate", [0], MODEL, 1)
     assert len(calls) == (3 if trim else 0)
 

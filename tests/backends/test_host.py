@@ -70,7 +70,7 @@ def test_the_clients_of_one_call_are_independent_of_each_other():
 def test_keep_then_accumulate_is_the_plan_applied_to_the_call_results(batched):
     ids = [6, 0, 3]
     h, ref = host(batched=batched), host(batched=batched)
-    flags = h.keep("train", ids, payload("fedavg"), 0)
+    flags = h.call_for_reduction("train", ids, payload("fedavg"), 0)
     assert flags == {0: (True, None, 4 * D), 3: (True, None, 4 * D), 6: (True, None, 4 * D)}  # a float32 model's bytes
     results = train(ref, ids, 0)
     sizes = h.fed.sizes
@@ -86,7 +86,7 @@ def test_keep_then_accumulate_is_the_plan_applied_to_the_call_results(batched):
 
 def test_add_terms_adds_this_host_s_terms_to_the_partial_sum_it_receives():
     h = host(clients=[2, 5])
-    h.keep("train", [2, 5], payload("fedavg"), 0)
+    h.call_for_reduction("train", [2, 5], payload("fedavg"), 0)
     r = train(host(), [2, 5], 0)
     start = torch.ones(D)
     acc = h.add_terms({2: (None, 0.5), 5: (None, -2.0)}, start)
@@ -98,7 +98,7 @@ def test_add_terms_adds_this_host_s_terms_to_the_partial_sum_it_receives():
 
 def test_keep_reports_non_finite_results():
     h = host()
-    flags = h.keep("train", [1, 2], {"model": torch.full((D,), float("nan"))}, 0)
+    flags = h.call_for_reduction("train", [1, 2], {"model": torch.full((D,), float("nan"))}, 0)
     assert flags == {1: (False, None, 4 * D), 2: (False, None, 4 * D)}
 
 
@@ -205,7 +205,7 @@ def test_a_killed_host_fails_until_recovered_with_rebuilt_clients():
     with pytest.raises(ClientFailure):
         train(h, [0, 1], 1)
     with pytest.raises(ClientFailure):
-        h.keep("train", [0, 1], payload("fedavg"), 1)
+        h.call_for_reduction("train", [0, 1], payload("fedavg"), 1)
     h.recover()
     assert same(train(h, [0, 1], 0), train(host(), [0, 1], 0))
 
@@ -230,7 +230,7 @@ def test_a_visiting_client_trains_as_it_would_at_home(algorithm, state_mode, tmp
     home, a, b = make(range(10)), make(range(5)), make(range(5, 10))
     for t in (0, 1):
         want = train(home, [3, 4, 6], t, algorithm)
-        got_b, back = b.visit("call", "train", [3, 4, 6], payload(algorithm), t, (), [a.lend([3, 4])])
+        got_b, back = b.call_with_visitors("call", "train", [3, 4, 6], payload(algorithm), t, (), [a.lend([3, 4])])
         assert sorted(back) == [3, 4]  # only the visitors' states travel back
         a.take(back)
         assert same(got_b, want)
@@ -245,19 +245,19 @@ def test_the_visitor_cache_keeps_the_most_recent_visitors():
 
     a, b = host("fedsoft", range(9)), host("fedsoft", range(9, 10))  # the small config has 10 clients
     centers = {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}
-    first, _ = b.visit("call", "evaluate", [0], centers, 0, (), [a.lend([0])])
+    first, _ = b.call_with_visitors("call", "evaluate", [0], centers, 0, (), [a.lend([0])])
     for k in range(1, 9):
-        b.visit("call", "evaluate", [k], centers, 0, (), [a.lend([k])])
+        b.call_with_visitors("call", "evaluate", [k], centers, 0, (), [a.lend([k])])
     assert list(b.visitors) == list(range(9 - VISITORS_MIN, 9))
-    b.visit("call", "evaluate", [5], centers, 0, (), [a.lend([5])])  # a hit moves to the end
+    b.call_with_visitors("call", "evaluate", [5], centers, 0, (), [a.lend([5])])  # a hit moves to the end
     assert list(b.visitors)[-1] == 5 and len(b.visitors) == VISITORS_MIN
-    again, _ = b.visit("call", "evaluate", [0], centers, 0, (), [a.lend([0])])  # dropped, rebuilt
+    again, _ = b.call_with_visitors("call", "evaluate", [0], centers, 0, (), [a.lend([0])])  # dropped, rebuilt
     assert again == first and 0 in b.visitors
 
 
 def test_a_visit_that_leaves_states_unchanged_sends_none_back():
     a, b = host("fedsoft", range(5)), host("fedsoft", range(5, 10))
     state_before = a.lend([2])
-    out, back = b.visit("call", "evaluate", [2, 7], {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}, 0,
-                        (), [state_before])
+    centers = {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}
+    out, back = b.call_with_visitors("call", "evaluate", [2, 7], centers, 0, (), [state_before])
     assert back == {} and sorted(out) == [2, 7]

@@ -58,7 +58,7 @@ def test_staleness_weight_and_the_buffers_step_by_hand():
 def test_two_uploads_fill_a_buffer_of_two_by_hand():
     s = settings(buffer_size=2, server_lr=1.0, clients=2)
     w0 = torch.tensor([1.0, 1.0])
-    state = FedBuff(s).init_server(torch.stack([w0, w0 + 5]))  # w: the first initialisation
+    state = FedBuff(s).init_stream_server(torch.stack([w0, w0 + 5]))  # w: the first initialisation
     assert torch.equal(state.w, w0) and state.version == 0 and state.clusters == 2
     # client 0 trained from version 0 to [0, 1]: Delta = [1, 0], staleness 0, weight 1; buffered only
     one, d1 = on_upload(state, 0, torch.tensor([0.0, 1.0]), 0, s)

@@ -87,7 +87,7 @@ def test_fedasync_update_by_hand():
 
 def test_one_server_step_by_hand():
     algo = FedAsync(settings())  # alpha 0.6, polynomial a = 0.5
-    state = algo.init_server(torch.tensor([[0.0, 0.0, 2.0, 4.0], [2.0, 4.0, 4.0, 4.0]]))
+    state = algo.init_stream_server(torch.tensor([[0.0, 0.0, 2.0, 4.0], [2.0, 4.0, 4.0, 4.0]]))
     assert torch.equal(state.x, torch.tensor([1.0, 2.0, 3.0, 4.0])) and state.t == 0  # x_0: the average
     assert algo.cold_start(state, None)["t"] == 0
     state = FedAsyncState(x=state.x, t=4, clusters=2)

@@ -39,11 +39,11 @@ def kinds(fi: FaultInjector) -> list[str]:
 
 
 # ---------------------------------------------------------------- kill_actor
-@pytest.mark.parametrize("method", ["call", "keep"])
+@pytest.mark.parametrize("method", ["call", "call_for_reduction"])
 def test_a_kill_fires_once_before_the_first_non_evaluate_call_of_its_round(method):
     fi, reported = injector(Fault(kind="kill_actor", at_round=2, actor=1))
     run = (lambda op, t: fi.call(op, CLIENTS, {}, t)) if method == "call" else \
-          (lambda op, t: fi.keep(op, CLIENTS, {}, t, None))
+          (lambda op, t: fi.call_for_reduction(op, CLIENTS, {}, t, None))
     for t in (0, 1):
         run("train", t)
     run("evaluate", 2)  # a round's evaluation is not its first client call
@@ -106,13 +106,13 @@ def test_a_nan_update_of_a_client_not_asked_changes_nothing():
 def test_a_nan_update_makes_keep_report_its_client_not_finite():
     fi, _ = injector(Fault(kind="nan_update", at_round=1, client=2))
     fi.inner.results["train"] = pair
-    flags = fi.keep("train", CLIENTS, {}, 1, 0)
+    flags = fi.call_for_reduction("train", CLIENTS, {}, 1, 0)
     assert [k for k in flags if not flags[k][0]] == [2]
     _, rest, sent = flags[2]
     assert sent == flags[1][2]  # a poisoned update was still sent: its bytes stay
     assert rest[0] is None and torch.isnan(rest[1]).all()
     assert flags[1][0] and torch.equal(flags[1][1][1], torch.tensor([10.0]))
-    other = fi.keep("train", CLIENTS, {}, 2, 0)  # another round: untouched
+    other = fi.call_for_reduction("train", CLIENTS, {}, 2, 0)  # another round: untouched
     assert all(ok for ok, _, _ in other.values())
 
 
@@ -169,7 +169,7 @@ def test_what_the_injector_does_not_change_is_the_inner_executor_s():
     fi.reset()
     fi.recover()
     assert [e[0] for e in inner.log] == ["set_states", "reset", "recover"]
-    fi.keep("train", [0, 1], {}, 0, None)
+    fi.call_for_reduction("train", [0, 1], {}, 0, None)
     # 1 * [0, 0] + 2 * [1, 0]
     assert torch.equal(fi.accumulate(Plan(None, {0: (None, 1.0), 1: (None, 2.0)})), torch.tensor([2.0, 0.0]))
     with pytest.raises(AttributeError):
@@ -179,5 +179,5 @@ def test_what_the_injector_does_not_change_is_the_inner_executor_s():
 def test_no_faults_changes_nothing():
     fi, reported = injector()
     assert torch.equal(fi.call("train", [1], {}, 0)[1], vector(1, {}, 0))
-    assert fi.keep("train", [1], {}, 0, None) == {1: (True, None, 8)}  # [1, 0] as float32
+    assert fi.call_for_reduction("train", [1], {}, 0, None) == {1: (True, None, 8)}  # [1, 0] as float32
     assert kills(fi) == [] and reported == []

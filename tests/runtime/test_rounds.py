@@ -107,7 +107,7 @@ def test_a_weighted_mean_over_the_finite_updates_in_the_actors_or_here(reduce_in
     advance(coord, 1)
     asked = [e for e in ex.log if e[0] != "call" or e[1] != "evaluate"]
     if reduce_in_actors:  # keep where the clients run, then the plan n_k / sum n over clients 0 and 2
-        assert [e[0] for e in asked] == ["keep", "accumulate"]
+        assert [e[0] for e in asked] == ["call_for_reduction", "accumulate"]
         assert asked[0][1:] == ("train", [0, 1, 2], {"x": 0}, 0, None)
         plan = asked[1][1]
         assert plan.start is None and plan.terms == {0: (None, 0.25), 2: (None, 0.75)}

@@ -53,7 +53,7 @@ class Base(StreamAlgorithm):
     def receive(self, cs, reply):
         return reply["model"], None, nbytes(reply["model"])
 
-    def init_server(self, models):
+    def init_stream_server(self, models):
         return State(models.mean(0), 0, len(models))
 
     def cold_start(self, state, initial_models):

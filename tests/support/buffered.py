@@ -48,7 +48,7 @@ class Buffered(StreamAlgorithm):
     def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
         return reply["model"], None, nbytes(reply["model"])
 
-    def init_server(self, models: torch.Tensor) -> BufferedState:
+    def init_stream_server(self, models: torch.Tensor) -> BufferedState:
         k = int(models.shape[0])
         x = weighted_sum(models.detach().to(torch.float32), [1.0 / k] * k)
         return BufferedState(x=x, clusters=k, versions={0: x})

@@ -25,7 +25,7 @@ def local_mse(k: int, payload: dict[str, Any], t: int) -> dict[str, float]:
 
 class FakeExecutor:
     """An executor over hand-chosen results: ``results[op](client, payload, t)``. Every request
-    goes to ``log``: ("call", op, clients, payload, t), ("keep", op, clients, payload, t, part),
+    goes to ``log``: ("call", op, clients, payload, t), ("call_for_reduction", op, clients, payload, t, part),
     ("accumulate", plan), ("kill", actor), ("set_states", states), ("reset",), ("recover",).
     Clients in ``late`` never answer a non-evaluate call and are then reported in ``late``.
     ``states`` stands for the clients' states."""
@@ -48,9 +48,9 @@ class FakeExecutor:
         self.log.append(("call", op, list(client_ids), payload, t))
         return self._run(op, client_ids, payload, t)
 
-    def keep(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
              part: int | None) -> dict[int, tuple[bool, Any, int]]:
-        self.log.append(("keep", op, list(client_ids), payload, t, part))
+        self.log.append(("call_for_reduction", op, list(client_ids), payload, t, part))
         out = {}
         for k, r in self._run(op, client_ids, payload, t).items():
             self.kept[k], rest = split_result(r, part)
@@ -80,7 +80,7 @@ class FakeExecutor:
         self.log.append(("kill", actor))
 
     def asked(self, *kinds: str) -> list[tuple]:
-        """The logged requests of the given kinds ("call", "keep", ...), in order."""
+        """The logged requests of the given kinds ("call", "call_for_reduction", ...), in order."""
         return [entry for entry in self.log if entry[0] in kinds]
 
 
