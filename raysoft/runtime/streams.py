@@ -38,6 +38,7 @@ from ..metrics import headline_dists
 from ..models import build_model
 from ..rng import numpy_rng
 from .comm import totals as comm_totals
+from .executor import Executor
 from .recording import Clusterings, CoordinatorBase, Served
 
 
@@ -52,7 +53,7 @@ class StreamCoordinator(CoordinatorBase):
                     "final_before", "final_after", "cluster_history", "finished", "served", "clusterings",
                     "latest_served", "vtime_now")
 
-    def __init__(self, cfg: Config, executor: Any, algorithm: StreamAlgorithm, run_id: str,
+    def __init__(self, cfg: Config, executor: Executor, algorithm: StreamAlgorithm, run_id: str,
                  run_dir: str | None = None) -> None:
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
@@ -306,7 +307,7 @@ class StreamCoordinator(CoordinatorBase):
         work, self._work = self._work, {}
         # the coordinator's own seconds (applying the uploads: the server steps, evaluations,
         # checkpoints) and the clients it waited for
-        info = {"round": self.uploads, "headline": head, "work": work, "trained": len(need),
+        info: dict[str, object] = {"round": self.uploads, "headline": head, "work": work, "trained": len(need),
                 "coordinator_busy_s": time.perf_counter() - began - waited, "coordinator_bytes": 0}
         info.update(self._executor_counters())
         return info
