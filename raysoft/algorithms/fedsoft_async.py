@@ -43,13 +43,13 @@ def async_ratios(mu: np.ndarray, gap: np.ndarray, params: CCFLConfig) -> np.ndar
 
 
 def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
-                    mu: np.ndarray) -> tuple[CCFLServerState, dict[str, Any]]:
+                    mu: np.ndarray) -> tuple[CCFLServerState, dict[str, object]]:
     """The server step of FedSoft-Async for one upload (w_m, mu) stamped tau. The client mixes
     its own reply from the K models it downloads, so the server computes none."""
     t = state.t + 1
     mu = np.asarray(mu, dtype=np.float64)
     mu = mu / mu.sum()
-    diag: dict[str, Any] = {"t": t, "client": client, "tau": tau, "staleness": t - tau, "u": mu}
+    diag: dict[str, object] = {"t": t, "client": client, "tau": tau, "staleness": t - tau, "u": mu}
     if is_stale(t, tau, params.tau0):
         diag.update(stale=True, alpha=np.zeros_like(mu))
         return replace(state, t=t, versions=count_updates(state.versions, np.zeros(len(mu), dtype=bool))), diag
@@ -97,11 +97,11 @@ class FedSoftAsync(PretrainedStart):
     def init_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
 
-    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, object]:
         return {"initial_models": state.models.clone(), "t": state.t}  # the current cluster models
 
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
-                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:
+                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, object]]:
         state, diag = on_upload_async(state, self.settings, client, up["w"], up["tau"], up["mu"])
         diag["fresh"] = True  # every client estimates its own mixture at every upload
         return state, None, diag
@@ -109,5 +109,5 @@ class FedSoftAsync(PretrainedStart):
     def models(self, state: CCFLServerState) -> torch.Tensor:
         return state.models
 
-    def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, Any]:
+    def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, object]:
         return {"model": None, "t": state.t, "models": state.models.clone()}

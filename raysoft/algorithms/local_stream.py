@@ -42,9 +42,9 @@ class LocalStream(PretrainedStart):
     def init_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)  # only its epoch t moves
 
-    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, object]:
         return {"initial": initial_reply(state), "t": state.t}
 
     def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
-                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:
+                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, object]]:
         return replace(state, t=state.t + 1), None, {"stale": False, "staleness": 0, "u": None, "fresh": False}
