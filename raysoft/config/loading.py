@@ -21,7 +21,7 @@ from .section import UNKNOWN_KEY, format_error
 from .yamlio import load_yaml
 
 
-def parse_config(raw: Mapping[str, Any] | None) -> Config:
+def parse_config(raw: Mapping[str, object] | None) -> Config:
     """Validate a config mapping (after :func:`apply_regime`); raise :class:`ConfigError` with a
     one-line message."""
     raw = {} if raw is None else raw

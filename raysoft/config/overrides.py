@@ -31,7 +31,7 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]:
+def _switch(section: dict[str, object], kind: str, old: object, new: object) -> list[str]:
     """Leave out of ``section`` (a dispatched section whose ``name`` changes from ``old`` to
     ``new``) the keys that ``new``'s settings do not have; the keys left out. Nothing is left
     out when ``new`` cannot be read: validation names it."""
@@ -46,7 +46,7 @@ def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]
     return dropped
 
 
-def apply_overrides(raw: Mapping[str, Any], overrides: list[str],
+def apply_overrides(raw: Mapping[str, object], overrides: list[str],
                     note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``raw`` with each ``path.to.key=value`` of ``overrides`` applied, in order; ``raw`` itself
     is not changed. The first component names a section (or ``regimes``); a missing mapping on the
