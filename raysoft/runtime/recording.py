@@ -31,6 +31,8 @@ from .checkpoint import RECORD_TYPES, load_checkpoint, prove_loadable, save_chec
 from .executor import Executor
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..data import Federation
     from ..progress import Event
 
@@ -47,7 +49,7 @@ class Served:
         self.metric = metric
         self.last: dict[int, dict[str, float]] = {}  # client -> metrics, at the last evaluation
         self.step: int | None = None  # the step of the last evaluation
-        self.history: list[dict[str, Any]] = []  # one entry per evaluation
+        self.history: list[dict[str, float | None]] = []  # one entry per evaluation
         self.skipped: str | None = None  # why no client was scored
 
     def record(self, coord: CoordinatorBase, results: dict[int, dict[str, float]], held_out: bool = False,
@@ -172,7 +174,7 @@ class CoordinatorBase:
     def evaluate(self) -> dict[str, float]:
         raise NotImplementedError
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, object]:
         """One unit of work after the initial evaluation (a round, or a batch of uploads)."""
         raise NotImplementedError
 
@@ -184,7 +186,7 @@ class CoordinatorBase:
         """The current round (a stream's: the uploads applied so far)."""
         raise NotImplementedError
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         """(tables as columns, summary), for the writer."""
         raise NotImplementedError
 

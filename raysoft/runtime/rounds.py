@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from .clock import RoundClock
 from .comm import Ledger, download_bytes, totals, wire_bytes
 from .executor import Executor, finite
 from .recording import Clusterings, CoordinatorBase, Served
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -278,7 +281,7 @@ class RoundCoordinator(CoordinatorBase):
             raise PluginFailure(f"algorithm {name!r}: its round {t} asked the clients for op {call.op!r}, which is not "
                                 f"in its client_ops ({', '.join(sorted(ops))})")
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, object]:
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
         began, self._waited, self._bytes, self._work = time.perf_counter(), 0.0, 0, {}
@@ -353,7 +356,7 @@ class RoundCoordinator(CoordinatorBase):
             self.recorder.add("assignments", client=k, predicted=int(predicted[i]), truth=int(truth[i]))
         return {"ari": float(adjusted_rand_score(truth, predicted)), "num_clusters": int(len(np.unique(predicted)))}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """The final figures of the run (call after the last evaluation)."""
         if self.center_scores is None:
             self.evaluate()
@@ -383,6 +386,6 @@ class RoundCoordinator(CoordinatorBase):
         out.update(self.served.summary(self.cfg.output.target))
         return out
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         summary = self.summary()
         return self.recorder.tables(), summary

@@ -26,7 +26,7 @@ every evaluation; the means over all uploads are ``cli_bfr_all_uploads`` / ``cli
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ..rng import numpy_rng
 from .comm import totals as comm_totals
 from .executor import Executor
 from .recording import Clusterings, CoordinatorBase, Served
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class StreamCoordinator(CoordinatorBase):
@@ -260,7 +263,7 @@ class StreamCoordinator(CoordinatorBase):
         pass silently (upload_policy shift)."""
         return float(self.next_time[m] + sum(self._gap(m, int(self.ticks[m]) + j) for j in range(1, silent + 1)))
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, object]:
         """One batch: train every client whose next upload is not computed (in parallel), then
         apply uploads in virtual-time order while the earliest is computed (an uncomputed
         client's next tick bounds its upload time from below)."""
@@ -312,7 +315,7 @@ class StreamCoordinator(CoordinatorBase):
         info.update(self._executor_counters())
         return info
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         if self.center_scores is None and self.algorithm.has_server:
             self.evaluate()
         ids = sorted(self.last_u)
