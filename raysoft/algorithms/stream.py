@@ -143,7 +143,8 @@ class StreamAlgorithm(Configured[StreamConfig], Generic[ST]):
 
     def __init__(self, settings: StreamConfig) -> None:
         super().__init__(settings)
-        self.client_ops: dict[str, Callable[..., Any]] = {"stream_step": self.step, "stream_score": self.score}
+        self.client_ops: dict[str, Callable[..., tuple[object, object]]] = {"stream_step": self.step,
+                                                                           "stream_score": self.score}
         if type(self).serve_unseen is not StreamAlgorithm.serve_unseen:  # a cold start for held-out clients
             self.client_ops["unseen"] = self.unseen
         self._source: StreamSource | None = None

@@ -101,17 +101,18 @@ def _shipped_copy(p: Path) -> Path:
 
 def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Read a YAML config and apply overrides, without validating it."""
-    raw: Any = {}
+    raw: Mapping[str, object] = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             p = _shipped_copy(p)
         try:
-            raw = load_yaml(p.read_text()) or {}
+            loaded = load_yaml(p.read_text()) or {}
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark else ""
             raise ConfigError(f"config file {str(p)!r}: invalid YAML{where}") from None
-        if not isinstance(raw, Mapping):
+        if not isinstance(loaded, Mapping):
             raise ConfigError(f"config file {str(p)!r}: the top level must be a mapping of sections")
+        raw = loaded
     return apply_overrides(raw, list(overrides or []))

@@ -18,7 +18,7 @@ from .section import nearest
 from .yamlio import load_yaml
 
 
-def _parse(text: str) -> Any:
+def _parse(text: str) -> object:
     return load_yaml(text) if text else ""  # 1e-3 a number, as in a config file
 
 
