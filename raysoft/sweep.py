@@ -41,7 +41,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -155,7 +155,8 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
     return {f"final.{r.metric}.c{int(r.entity)}.d{int(r.eval_dist)}": float(r.value) for r in last.itertuples()}
 
 
-def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: str, ship: list[str]) -> None:
+def _run_trial(params: dict[str, Any], cfg_dicts: Sequence[Mapping[str, object]], runs: str,
+               ship: list[str]) -> None:
     """A Tune trainable: run trial ``params['index']`` (or reuse its finished run) and report
     that it finished (its figures are read from its run directory). ``ship``: the plug-in
     modules' paths on the driver, importable here when this node sees them."""
