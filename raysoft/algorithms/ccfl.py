@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -474,11 +474,13 @@ class CCFL(PretrainedStart):
 
     _val_sets: ValSets | None = None
 
-    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        return payload["initial"], None, nbytes(payload["initial"])
+    def first_anchor(self, payload: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        initial = cast(Params, payload["initial"])  # cold_start's
+        return initial, None, nbytes(initial)
 
-    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        return reply["model"], None, nbytes(reply["model"])
+    def receive(self, cs: StreamClient, reply: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        model = cast(Params, reply["model"])  # reply's: CCFL always sends a model
+        return model, None, nbytes(model)
 
     def init_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
@@ -507,7 +509,7 @@ class CCFL(PretrainedStart):
         return self._val_sets
 
     def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
-                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+                     payload: Mapping[str, object]) -> tuple[Params, dict[str, float]]:
         """A held-out client's cold start: Algorithm 1's estimate u of its first local model
         (:func:`estimate_distribution`, on the server's validation sets D_k, built where the
         client runs as ``estimate_on: actors`` does) and the personalised model sum_k u_k w_k,

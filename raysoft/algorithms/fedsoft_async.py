@@ -10,8 +10,9 @@ docs/algorithms.md (FedSoft-Async).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -68,12 +69,12 @@ class FedSoftAsync(PretrainedStart):
     Settings = FedSoftAsyncConfig
     settings: FedSoftAsyncConfig
 
-    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        models = payload["initial_models"]  # the start is their average
+    def first_anchor(self, payload: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        models = cast(torch.Tensor, payload["initial_models"])  # the start is their average
         return personalised_model(models, np.full(len(models), 1.0 / len(models))), models, nbytes(models)
 
-    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        models = reply["models"]
+    def receive(self, cs: StreamClient, reply: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        models = cast(torch.Tensor, reply["models"])
         assert cs.mu is not None  # estimated before its first upload
         return personalised_model(models, cs.mu), models, nbytes(models)
 
@@ -85,11 +86,11 @@ class FedSoftAsync(PretrainedStart):
         return cs.mu
 
     def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
-                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+                     payload: Mapping[str, object]) -> tuple[Params, dict[str, float]]:
         """A held-out client's cold start: its own estimate mu on the K models it downloaded
         (:meth:`estimate`, FedSoft's estimation step) and its mixture sum_k mu_k w_k, the anchor
         its own reply would give; mu is ``u[k]``."""
-        models = payload["initial_models"]
+        models = cast(torch.Tensor, payload["initial_models"])
         mu = self.estimate(ctx, cs, models)
         assert mu is not None
         return personalised_model(models, mu), {f"u[{k}]": float(v) for k, v in enumerate(mu)}
