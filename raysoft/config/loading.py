@@ -7,7 +7,6 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -99,7 +98,7 @@ def _shipped_copy(p: Path) -> Path:
     return found
 
 
-def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, object]:
     """Read a YAML config and apply overrides, without validating it."""
     raw: Mapping[str, object] = {}
     if path is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import yaml
 
@@ -22,7 +21,7 @@ def _parse(text: str) -> object:
     return load_yaml(text) if text else ""  # 1e-3 a number, as in a config file
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     return {k: _copy(v) for k, v in value.items()} if isinstance(value, Mapping) else value
 
 
@@ -47,7 +46,7 @@ def _switch(section: dict[str, object], kind: str, old: object, new: object) -> 
 
 
 def apply_overrides(raw: Mapping[str, object], overrides: list[str],
-                    note: Callable[[str], None] | None = None) -> dict[str, Any]:
+                    note: Callable[[str], None] | None = None) -> dict[str, object]:
     """``raw`` with each ``path.to.key=value`` of ``overrides`` applied, in order; ``raw`` itself
     is not changed. The first component names a section (or ``regimes``); a missing mapping on the
     way is created, a value on the way that is not a mapping is refused. A new ``name`` of the
@@ -55,7 +54,7 @@ def apply_overrides(raw: Mapping[str, object], overrides: list[str],
     the section that the newly named plug-in does not have, each such change told to ``note`` in
     one line (stderr when ``note`` is None)."""
     note = note or _say
-    out: dict[str, Any] = _copy(raw)
+    out: dict[str, object] = {k: _copy(v) for k, v in raw.items()}  # _copy(raw), as a dict
     for item in overrides:
         key, sep, text = item.partition("=")
         parts = key.split(".")
