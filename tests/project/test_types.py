@@ -23,8 +23,9 @@ from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[2] / "raysoft"
 
-# The goal is 5%; the ceiling is the share reached so far, rounded up to the next 0.5%.
-CEILING = 0.135
+# The goal is 5% (issue #54); the ceiling is the share reached so far (263 of 4,213, 6.2%),
+# rounded up to the next 0.5%. Lower it as the share falls; at 5% the goal is met.
+CEILING = 0.065
 
 
 def _names(node: ast.AST) -> set[str]:
