@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -518,12 +518,13 @@ class CCFL(PretrainedStart):
         est = estimate_distribution(ctx.scratch, w, models, self._host_val_sets(ctx), self.settings, ctx.info.task)
         return personalised_model(models, est.u), {f"u[{k}]": float(v) for k, v in enumerate(est.u)}
 
-    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
+    def server_step(self, state: CCFLServerState, client: int, up: Mapping[str, object], scratch: nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, object]]:
         tick = time.perf_counter()
         recomputed = int(np.isnan(state.self_losses).sum())  # F(w_k; D_k) not cached
-        state, reply, diag = on_upload(state, self.settings, client, up["w"], up["tau"], scratch, val_sets,
-                                       losses=up.get("l"))
+        # the upload of StreamAlgorithm.step: its model, the reply's epoch tau, and l_k when the actor made it
+        w, tau, losses = cast(Params, up["w"]), cast(int, up["tau"]), cast("np.ndarray | None", up.get("l"))
+        state, reply, diag = on_upload(state, self.settings, client, w, tau, scratch, val_sets, losses=losses)
         diag["server_s"] = time.perf_counter() - tick
         diag["fresh"] = not diag["stale"]
         if not diag["stale"]:  # w_m on every D_k (unless the actor did), plus the stale F(w_k; D_k)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -101,9 +101,11 @@ class FedSoftAsync(PretrainedStart):
     def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, object]:
         return {"initial_models": state.models.clone(), "t": state.t}  # the current cluster models
 
-    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
+    def server_step(self, state: CCFLServerState, client: int, up: Mapping[str, object], scratch: torch.nn.Module,
                     val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, object]]:
-        state, diag = on_upload_async(state, self.settings, client, up["w"], up["tau"], up["mu"])
+        # the upload of StreamAlgorithm.step: its model, the reply's epoch tau and its estimate mu
+        w, tau, mu = cast(Params, up["w"]), cast(int, up["tau"]), cast(np.ndarray, up["mu"])
+        state, diag = on_upload_async(state, self.settings, client, w, tau, mu)
         diag["fresh"] = True  # every client estimates its own mixture at every upload
         return state, None, diag
 

@@ -275,7 +275,7 @@ class StreamCoordinator(CoordinatorBase):
         frontier = float(self._keys().min())
         need = [m for m in self.training if m not in self.computed and (m in self.replies or self.joins[m] <= frontier)]
         if need:
-            payload: dict[str, Any] = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
+            payload: dict[str, object] = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
             if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
                 payload.update(self.algorithm.cold_start(self.state, self.initial_models))
                 payload["t"] = self.uploads  # the engine's epoch stamps the newcomers' first uploads
