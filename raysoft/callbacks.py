@@ -28,11 +28,11 @@ packages are optional extras.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 from pydantic import Field
@@ -104,7 +104,7 @@ class TensorBoardLogger(Callback):
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
 
-    def on_end(self, summary: dict[str, Any], run_dir: Path) -> None:
+    def on_end(self, summary: Mapping[str, object], run_dir: Path) -> None:
         self.writer.close()
 
 
@@ -178,10 +178,13 @@ class MLflowLogger(Callback):
             for tag, value, step in _scalars(rows):
                 self.mlflow.log_metric(tag.replace("/", "."), value, step=step)
 
-    def on_end(self, summary: dict[str, Any], run_dir: Path) -> None:
+    def on_end(self, summary: Mapping[str, object], run_dir: Path) -> None:
         with _file_store_allowed(self.allowed):
             self.mlflow.log_artifacts(str(run_dir))
             self.mlflow.end_run()
+
+
+T = TypeVar("T")
 
 
 class Callbacks:
@@ -196,7 +199,7 @@ class Callbacks:
             self.items.append((settings.name, self._call(settings.name, "__init__", cls, settings, info)))
 
     @staticmethod
-    def _call(name: str, hook: str, fn: Any, *args: Any) -> Any:
+    def _call(name: str, hook: str, fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
         except PluginError:
@@ -218,6 +221,6 @@ class Callbacks:
             stop |= bool(self._call(name, "on_rows", cb.on_rows, frame.copy()))
         return stop
 
-    def on_end(self, summary: dict[str, Any], run_dir: Path) -> None:
+    def on_end(self, summary: Mapping[str, object], run_dir: Path) -> None:
         for name, cb in self.items:
             self._call(name, "on_end", cb.on_end, summary, Path(run_dir))

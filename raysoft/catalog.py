@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -206,7 +206,7 @@ class HFData(DataConfig):
         "IidPartitioner", description="a class of flwr_datasets.partitioner (DirichletPartitioner, "
         "PathologicalPartitioner, NaturalIdPartitioner, ...)"
     )
-    partitioner_args: dict[str, Any] = Field(
+    partitioner_args: dict[str, object] = Field(
         default_factory=dict, description="its arguments; num_partitions defaults to data.clients, seed to "
         "data.seed (else the run's), partition_by to the label column where the class takes them"
     )
@@ -254,7 +254,7 @@ class ScenarioData(DataConfig):
     )
     base: str = Field("fmnist", description="the labelled pool: fmnist, emnist_letters (lowercase), cifar10, "
                       "cifar100, or a dataset plug-in with labelled_pool() (docs/plugins.md)")
-    base_settings: dict[str, Any] = Field(default_factory=dict, description="a plug-in base's own settings")
+    base_settings: dict[str, object] = Field(default_factory=dict, description="a plug-in base's own settings")
     root: str | None = Field(None, description="folder of a built-in base's files (as data.root of fmnist ...)")
     pool_samples: int | None = Field(
         None, ge=1, description="use this many samples of the train split (a seeded subset); null: all"

@@ -32,7 +32,6 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import yaml
@@ -47,7 +46,7 @@ from .report.load import RunData, load_run
 from .report.markdown import comparison_markdown
 
 
-def algorithm_configs(raw: Mapping[str, Any] | Config, algorithms: list[str]) -> dict[str, Config]:
+def algorithm_configs(raw: Mapping[str, object] | Config, algorithms: list[str]) -> dict[str, Config]:
     """One config per algorithm from a raw config mapping whose ``algorithm`` section may hold
     the keys of several algorithms: each key goes to the algorithms that have it."""
     for a in algorithms:
@@ -102,12 +101,12 @@ def _drop_others(stray: list[str], algorithms: list[str]) -> None:
 STREAM_KEYS = ("cli_bfr", "cli_aft", "cluster_acc", "kl", "bytes_down_per_client", "bytes_up_per_client")
 
 
-def _stream_row(name: str, run: RunData) -> list[dict[str, Any]]:
+def _stream_row(name: str, run: RunData) -> list[dict[str, object]]:
     """The CCFL paper's Table 1 row of a stream run, with the mean KL and the bytes per client."""
     return [{"algorithm": name, **{k: run.summary.get(k) for k in STREAM_KEYS}, "run_dir": run.name}]
 
 
-def _row(name: str, run: RunData) -> list[dict[str, Any]]:
+def _row(name: str, run: RunData) -> list[dict[str, object]]:
     """comparison.parquet's rows of one run: one per distribution (its best center), or one."""
     if run.is_stream:
         return _stream_row(name, run)
@@ -159,7 +158,7 @@ def clients_table(names: list[str], runs: list[RunData]) -> pd.DataFrame:
     rows = []
     for name, one in zip(names, runs):
         s = one.summary.get("personalised") or {}
-        row: dict[str, Any] = {"algorithm": name, "metric": one.metric, "clients": s.get("clients")}
+        row: dict[str, object] = {"algorithm": name, "metric": one.metric, "clients": s.get("clients")}
         row.update({k: (s.get(one.metric) or {}).get(k) for k in ("mean", "p10", "median", "p90", "worst10_mean")})
         mine = finals[name]
         for base_name, base in (("local", local), ("fedavg", fedavg)):
@@ -177,7 +176,7 @@ def clients_table(names: list[str], runs: list[RunData]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cell(value: Any, digits: int = 4) -> str:
+def _cell(value: object, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "–"
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
@@ -216,7 +215,7 @@ def _with_address(configs: dict[str, Config], address: str | None) -> dict[str, 
 
 
 def compare(
-    raw: Mapping[str, Any] | Config, algorithms: list[str], out: str | Path | None = None,
+    raw: Mapping[str, object] | Config, algorithms: list[str], out: str | Path | None = None,
     progress: str | None = None, address: str | None = None,
 ) -> Path:
     """Run every algorithm; return the comparison directory.

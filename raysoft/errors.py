@@ -19,7 +19,10 @@ Each concrete error also derives from the built-in its callers used to catch (``
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def one_line(text: object) -> str:
@@ -165,7 +168,7 @@ def full_traceback(err: BaseException) -> str:
     return "".join(traceback.format_exception(err))
 
 
-def plugin_call(fn: Any, args: tuple, where: str) -> Any:
+def plugin_call(fn: Callable[..., T], args: tuple, where: str) -> T:
     """``fn(*args)``; an exception of the algorithm's own code (not one of raysoft's errors, nor a
     StopIteration) becomes a :class:`PluginFailure` saying ``where`` it happened and the file and
     line in the user's code it came from; its whole traceback is kept as text in ``trace`` (it

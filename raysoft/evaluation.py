@@ -56,11 +56,11 @@ def summarize(
     local_means: dict[str, float],
     weights: np.ndarray | None,
     truth: np.ndarray,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Final figures: per distribution the best center and its metric, the matching, the mean
     local-model metrics and, when centers can be matched one-to-one, the importance-weight error."""
     lower = LOWER_IS_BETTER[metric]
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "metric": metric,
         "local_mean": local_means,  # mean over clients of each local-model metric
     }
@@ -153,13 +153,13 @@ def reached(value: float, target: float, metric: str) -> bool:
     return value <= target if lower_is_better(metric) else value >= target
 
 
-def time_to_target(history: Sequence[dict[str, Any]], target: float, metric: str) -> dict[str, Any]:
+def time_to_target(history: Sequence[dict[str, Any]], target: float, metric: str) -> dict[str, object]:
     """When the personalised metric first reached ``target``. ``history``: one entry per
     evaluation, in order, with ``step`` (the round, or a stream's upload), ``virtual_time``
     (None without a clock), ``mean`` and ``worse`` (:func:`worse_percentile`). Returns, for
     ``mean`` and ``p10`` (the worse tenth), ``{"step", "virtual_time"}`` of the first evaluation
     that reached it, or None where none did."""
-    out: dict[str, Any] = {"target": float(target), "metric": metric}
+    out: dict[str, object] = {"target": float(target), "metric": metric}
     for key, field in (("mean", "mean"), ("p10", "worse")):
         first = next((h for h in history if reached(h[field], target, metric)), None)
         out[key] = None if first is None else {"step": int(first["step"]), "virtual_time": first["virtual_time"]}

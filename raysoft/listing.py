@@ -9,16 +9,17 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from .plugins import GROUPS, is_import_path, registered, settings_class, target
 
 
-def _type_text(annotation: Any) -> str:
+def _type_text(annotation: object) -> str:
     text = getattr(annotation, "__name__", None) if not typing.get_args(annotation) else None
     return text or str(annotation).replace("typing.", "")
 
 
-def _default_text(field: Any) -> str:
+def _default_text(field: Any) -> str:  # FieldInfo: its default_factory may take the data
     if field.default_factory is not None:
         return repr(field.default_factory())
     return "required" if field.is_required() else repr(field.default)
@@ -27,7 +28,7 @@ def _default_text(field: Any) -> str:
 BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
-def _bounds_text(field: Any) -> str:
+def _bounds_text(field: FieldInfo) -> str:
     """`` (>= 1)``, `` (> 0, <= 1)``: the bounds of the field's ``Field(ge=..., ...)``, or ``""``."""
     found = [f"{sign} {getattr(m, attr)!r}" for attr, sign in BOUNDS for m in field.metadata
              if getattr(m, attr, None) is not None]
@@ -48,7 +49,7 @@ def setting_lines(settings: type[BaseModel]) -> list[str]:
     return lines
 
 
-def _summary(obj: Any) -> str:
+def _summary(obj: object) -> str:
     """The first paragraph of the plug-in's own docstring, else of its module's."""
     doc = vars(obj).get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)
     if not doc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 from tqdm import tqdm
 
@@ -47,7 +47,16 @@ def _fmt_headline(head: dict[str, float] | None) -> str:
     return "  ".join(parts)
 
 
-def event_line(label: str, ev: dict[str, Any]) -> str:
+class Event(TypedDict):
+    """An event a coordinator hands the driver to say on stderr (a row of events.parquet)."""
+
+    step: int
+    kind: str
+    detail: str
+    client: int  # -1: no client's
+
+
+def event_line(label: str, ev: Event) -> str:
     """An event as the line said on stderr: ``fedsoft round 2: late_update, client 7: op train: …``."""
     who = f", client {ev['client']}" if ev.get("client", -1) >= 0 else ""
     detail = f": {ev['detail']}" if ev.get("detail") else ""
@@ -58,12 +67,12 @@ SHOWN_CLIENTS = 5
 """How many of a round's clients a summarised event line names."""
 
 
-def event_lines(label: str, events: list[dict[str, Any]]) -> list[str]:
+def event_lines(label: str, events: list[Event]) -> list[str]:
     """The lines said for a round's events: one each for events of no client (an actor that
     died, its recovery, an injected fault), and for a client's events one line per (round, kind),
     naming the first clients; a kind that hit one client keeps its own line, detail included."""
     lines: list[str] = []
-    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[int, str], list[Event]] = {}
     for ev in events:
         if ev.get("client", -1) < 0:
             lines.append(event_line(label, ev))

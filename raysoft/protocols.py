@@ -83,7 +83,9 @@ class LabelledPool(Protocol):
     @property
     def info(self) -> DataInfo: ...
 
-    def labelled_pool(self) -> tuple[Any, Any, Any, Any]:
+    def labelled_pool(self) -> tuple[
+        np.ndarray | torch.Tensor, np.ndarray | torch.Tensor, np.ndarray | torch.Tensor, np.ndarray | torch.Tensor
+    ]:
         """``(train_x, train_y, test_x, test_y)``: inputs [n, ...] (float; images [n, C, H, W] in
         [0, 1] for the image transforms), integer labels 0..C-1 [n]; numpy arrays or tensors."""
         ...

@@ -18,10 +18,14 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .results import atomic_path
+
+if TYPE_CHECKING:
+    from .config import Config
 
 FILE = "provenance.json"
 VERSIONS = ("raysoft", "commit", "ray", "torch", "python")  # compared on resume
@@ -81,7 +85,7 @@ def _gpus() -> list[str]:
     return []
 
 
-def device_used(cfg: Any, gpus: list[str]) -> str:
+def device_used(cfg: Config, gpus: list[str]) -> str:
     """What ``train.device`` resolves to for this run's clients: ``cpu`` or ``cuda``."""
     spec = cfg.train.device
     if spec != "auto":
@@ -91,13 +95,24 @@ def device_used(cfg: Any, gpus: list[str]) -> str:
     return "cuda" if gpus else "cpu"
 
 
-def versions() -> dict[str, Any]:
+class Versions(TypedDict):
+    """raysoft's version and commit (None outside a checkout), Ray's and torch's (None where not
+    installed) and Python's."""
+
+    raysoft: str
+    commit: str | None
+    ray: str | None
+    torch: str | None
+    python: str
+
+
+def versions() -> Versions:
     """raysoft's version and commit, Ray's, torch's and Python's."""
     return {"raysoft": raysoft_version(), "commit": git_commit(), "ray": _version("ray"),
             "torch": _version("torch"), "python": platform.python_version()}
 
 
-def collect(cfg: Any) -> dict[str, Any]:
+def collect(cfg: Config) -> dict[str, object]:
     """The provenance of a run of ``cfg`` started now, on this machine."""
     gpus = _gpus()
     return {**versions(), "os": f"{platform.system()} {platform.release()}", "machine": platform.machine(),
@@ -113,12 +128,12 @@ def version_line() -> str:
             f"python {v['python']}")
 
 
-def _write(run_dir: Path, blob: dict[str, Any]) -> None:
+def _write(run_dir: Path, blob: Mapping[str, object]) -> None:
     with atomic_path(run_dir / FILE) as tmp:
         tmp.write_text(json.dumps(blob, indent=2) + "\n")
 
 
-def write(run_dir: Path, cfg: Any) -> None:
+def write(run_dir: Path, cfg: Config) -> None:
     """Write a new run's ``provenance.json``."""
     _write(run_dir, collect(cfg))
 
@@ -132,12 +147,12 @@ def read(run_dir: Path) -> dict[str, Any] | None:
     return blob if isinstance(blob, dict) else None
 
 
-def differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+def differences(before: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
     """``torch 2.13.0 -> 2.14.1`` for each version that differs."""
     return [f"{key} {before.get(key)} -> {now.get(key)}" for key in VERSIONS if before.get(key) != now.get(key)]
 
 
-def on_resume(run_dir: Path, cfg: Any) -> str | None:
+def on_resume(run_dir: Path, cfg: Config) -> str | None:
     """Record the resuming machine under ``resumes``; the one line that says which versions
     differ from the run's start (None when all are the same)."""
     before = read(run_dir)

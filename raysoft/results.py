@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -73,7 +72,7 @@ class Recorder:
             name: {f.name: [] for f in schema} for name, schema in SCHEMAS.items()
         }
 
-    def add(self, table: str, **row: Any) -> None:
+    def add(self, table: str, **row: object) -> None:
         cols = self.columns[table]
         row.setdefault("run_id", self.run_id)
         if row.keys() != cols.keys():
@@ -115,7 +114,7 @@ def write_table(path: Path, table: pa.Table) -> None:
         pq.write_table(table, tmp)
 
 
-def write_config(run_dir: Path, config: dict[str, Any]) -> None:
+def write_config(run_dir: Path, config: Mapping[str, object]) -> None:
     _atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
 
 
@@ -124,7 +123,8 @@ def write_tables(run_dir: Path, tables: dict[str, pa.Table]) -> None:
         write_table(run_dir / f"{name}.parquet", table)
 
 
-def write_run(run_dir: Path, config: dict[str, Any], tables: dict[str, pa.Table], summary: dict[str, Any]) -> None:
+def write_run(run_dir: Path, config: Mapping[str, object], tables: dict[str, pa.Table],
+              summary: Mapping[str, object]) -> None:
     """Write a run's config, tables and summary into ``run_dir``."""
     write_config(run_dir, config)
     write_tables(run_dir, tables)

@@ -41,9 +41,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pandas as pd
@@ -51,7 +52,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from .api import check_data
-from .backends.plan import slots
+from .backends.plan import Cluster, slots
 from .config import Config, ConfigError, Section, apply_overrides, format_error, load_raw, load_yaml, parse_config
 from .errors import RunStopped
 from .interrupts import Interrupted
@@ -68,13 +69,13 @@ class TrialSpec(Section):
 
 
 class SweepSpec(Section):
-    config: str | dict[str, Any] = Field(description="the base experiment: a YAML path or a mapping")
+    config: str | dict[str, object] = Field(description="the base experiment: a YAML path or a mapping")
     set: list[str] = Field(default_factory=list, description="fixed overrides, section.key=value")
-    grid: dict[str, list[Any]] = Field(description="section.key -> values; every combination is a trial")
+    grid: dict[str, list[object]] = Field(description="section.key -> values; every combination is a trial")
     trial: TrialSpec = Field(default_factory=TrialSpec)
 
 
-def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
+def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, object]]:
     """The sweep file and its base config (raw, with the fixed overrides applied)."""
     p = Path(path)
     if not p.is_file():
@@ -102,13 +103,13 @@ def load_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     return spec, base
 
 
-def trial_points(spec: SweepSpec) -> list[dict[str, Any]]:
+def trial_points(spec: SweepSpec) -> list[dict[str, object]]:
     """Every combination of the grid's values, in the grid's key order (the last key fastest)."""
     keys = list(spec.grid)
     return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
 
 
-def trial_config(base: Mapping[str, Any], point: Mapping[str, Any], actors: int,
+def trial_config(base: Mapping[str, object], point: Mapping[str, object], actors: int,
                  note: Callable[[str], None] | None = None) -> Config:
     """A trial's validated config: the base, the grid point, and the Ray settings that keep the
     trial's client actors inside its reservation. ``note``: where a grid point's switch of
@@ -133,8 +134,8 @@ def bundles(cfg: Config, actors: int) -> list[dict[str, float]]:
     return [{"CPU": 1.0}] + [dict(actor) for _ in range(actors)]
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
@@ -154,7 +155,8 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
     return {f"final.{r.metric}.c{int(r.entity)}.d{int(r.eval_dist)}": float(r.value) for r in last.itertuples()}
 
 
-def _run_trial(params: dict[str, Any], cfg_dicts: list[dict[str, Any]], runs: str, ship: list[str]) -> None:
+def _run_trial(params: dict[str, Any], cfg_dicts: Sequence[Mapping[str, object]], runs: str,
+               ship: list[str]) -> None:
     """A Tune trainable: run trial ``params['index']`` (or reuse its finished run) and report
     that it finished (its figures are read from its run directory). ``ship``: the plug-in
     modules' paths on the driver, importable here when this node sees them."""
@@ -252,12 +254,12 @@ def resume_plan(runs: Path, cfgs: list[Config]) -> str:
     return "; ".join([f"{finished} of {len(cfgs)} trials finished", *rest])
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: object) -> object:
     """A grid value as a Parquet cell (lists and mappings as their JSON text)."""
     return json.dumps(value) if isinstance(value, (list, dict)) else value
 
 
-def fits(reservation: list[dict[str, float]], cluster: Any) -> str | None:
+def fits(reservation: list[dict[str, float]], cluster: Cluster) -> str | None:
     """Why ``cluster``'s nodes can never hold one trial's reservation (its first bundle, the
     trial's own, and identical bundles for its client actors, each on one node, the bundles on
     a node within its resources), or None if they can."""
@@ -292,7 +294,7 @@ def _pending_watch(deadline_s: float) -> Any:
             watch = self
 
             class Seen(tune.Callback):
-                def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+                def on_step_end(self, iteration: int, trials: list, **info: object) -> None:
                     states = {t.status for t in trials}
                     if "PENDING" in states and "RUNNING" not in states:
                         watch.since = watch.since if watch.since is not None else time.monotonic()
@@ -322,7 +324,7 @@ class _SweepStop:
     def __init__(self) -> None:
         self.signum: int | None = None
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         tune_stop = signal.getsignal(signal.SIGUSR1)
         if self.signum is not None or not callable(tune_stop):
             raise KeyboardInterrupt

@@ -34,7 +34,7 @@ def score(summary: Mapping[str, Any]) -> tuple[str, float] | None:
     return metric, sum(values) / len(values)
 
 
-def _point_text(point: Mapping[str, Any]) -> str:
+def _point_text(point: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
@@ -42,7 +42,7 @@ def _num(value: float) -> str:
     return f"{value:.4g}"
 
 
-def status_line(runs: Path, points: Sequence[Mapping[str, Any]]) -> str:
+def status_line(runs: Path, points: Sequence[Mapping[str, object]]) -> str:
     """``sweep: 3 of 8 trials done, 2 running, 3 left; best so far: trial 1 (algorithm.mu=0.1),
     best-center mse 12.3`` from the trials' run directories."""
     done, running, best = 0, 0, None
@@ -69,7 +69,7 @@ class Progress:
     """Prints :func:`status_line` on ``stream`` (stderr) whenever it changes, every ``every_s``
     seconds while the trials run, from a daemon thread; ``stop`` prints the last one."""
 
-    def __init__(self, runs: Path, points: Sequence[Mapping[str, Any]], every_s: float = 2.0,
+    def __init__(self, runs: Path, points: Sequence[Mapping[str, object]], every_s: float = 2.0,
                  stream: TextIO | None = None) -> None:
         self.runs, self.points, self.every_s = runs, points, every_s
         self.stream = stream if stream is not None else sys.stderr

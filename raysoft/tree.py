@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+    from typing_extensions import TypeIs
 
 
-def _is_dataclass_instance(obj: Any) -> bool:
+T = TypeVar("T")
+
+
+def _is_dataclass_instance(obj: object) -> TypeIs[DataclassInstance]:
     return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
 
 
-def leaves(obj: Any) -> Iterator[Any]:
+def leaves(obj: object) -> Iterator[object]:
     """Every leaf of ``obj``, depth first, in the containers' own order."""
     if isinstance(obj, dict):
         for value in obj.values():
@@ -33,7 +40,7 @@ def leaves(obj: Any) -> Iterator[Any]:
         yield obj
 
 
-def map_leaves(fn: Callable[[Any], Any], obj: Any) -> Any:
+def map_leaves(fn: Callable[[object], object], obj: T) -> T:
     """``obj`` with every leaf replaced by ``fn(leaf)``: the same containers, rebuilt (a
     dataclass through ``dataclasses.replace`` of its init fields) only where a leaf below them
     changed; a container whose leaves ``fn`` returns as they are is returned itself, not copied
@@ -51,4 +58,4 @@ def map_leaves(fn: Callable[[Any], Any], obj: Any) -> Any:
         changes = {f.name: map_leaves(fn, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
         same = all(new is getattr(obj, name) for name, new in changes.items())
         return obj if same else dataclasses.replace(obj, **changes)
-    return fn(obj)
+    return cast(T, fn(obj))  # fn keeps a leaf's kind (a tensor on a device, NaN-filled)

@@ -13,7 +13,6 @@ own, ``"held-out"``, so that no other draw moves. Torch-free.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -42,10 +41,10 @@ def headline_name(names: Sequence[str], metric: str) -> str | None:
     return metric if metric in names else None
 
 
-def unseen_summary(metrics: Mapping[int, Mapping[str, float]], metric: str, step: int) -> dict[str, Any]:
+def unseen_summary(metrics: Mapping[int, Mapping[str, float]], metric: str, step: int) -> dict[str, object]:
     """The distribution over held-out clients of their headline metric (:func:`headline_name`):
     mean, p10 and median (numpy's linear percentiles), at evaluation ``step``."""
-    out: dict[str, Any] = {"step": step, "scored": len(metrics)}
+    out: dict[str, object] = {"step": step, "scored": len(metrics)}
     if not metrics:
         return out
     name = headline_name(list(next(iter(metrics.values()))), metric)

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ ValSets = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 # ----------------------------------------------------------------------------- hyper-parameters
 def table2_settings(dataset: str, k: int, num_clients: int | None = None, cycles: int | None = None,
-                    **overrides: Any) -> CCFLConfig:
+                    **overrides: object) -> CCFLConfig:
     """The paper's setting for ``dataset`` ("fmnist", "cifar100", "miniimagenet") with ``k``
     clusters: Table 2's row, tau0 = number of clients (default 20 K) and T = clients x cycles
     (default 25 for FashionMNIST, 20 otherwise; section 5.1)."""
@@ -79,18 +79,18 @@ def table2_settings(dataset: str, k: int, num_clients: int | None = None, cycles
         raise ValueError(f"Table 2 has no row for {dataset!r} with {k} clusters") from None
     clients = 20 * int(k) if num_clients is None else int(num_clients)
     cyc = (25 if dataset.lower() == "fmnist" else 20) if cycles is None else int(cycles)
-    values: dict[str, Any] = {**row, "tau0": clients, "rounds": clients * cyc}
+    values: dict[str, object] = {**row, "tau0": clients, "rounds": clients * cyc}
     values.update(overrides)
-    return CCFLConfig(**values)
+    return CCFLConfig.model_validate(values)
 
 
-def _row(c1: float, c2: float, a: list[float], l_bar: Bar, d1_bar: Bar, d2_bar: Bar) -> dict[str, Any]:
+def _row(c1: float, c2: float, a: list[float], l_bar: Bar, d1_bar: Bar, d2_bar: Bar) -> dict[str, object]:
     return {"c1": c1, "c2": c2, "amplifier": a, "l_bar": l_bar, "d1_bar": d1_bar, "d2_bar": d2_bar,
             "alpha1_bar": "ave", "adjust_start": 0.5}
 
 
 # Table 2 of the paper: (dataset, K) -> distribution-estimation and server-updating parameters.
-TABLE2: dict[tuple[str, int], dict[str, Any]] = {
+TABLE2: dict[tuple[str, int], dict[str, object]] = {
     ("fmnist", 2): _row(0.5, 0.4, [3.0], 8.0, 0.0, 0.0),
     ("fmnist", 3): _row(0.5, 0.25, [3.0], 8.0, 0.0, 0.0),
     ("fmnist", 4): _row(0.5, 0.25, [7.0], 8.0, 0.0, 0.0),
@@ -405,7 +405,7 @@ def stale_reply(state: CCFLServerState, client: ClientId) -> tuple[Params, np.nd
 # ----------------------------------------------------------------------------- the server step
 def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
               scratch: nn.Module, val_sets: ValSets, task: str = "classification",
-              losses: np.ndarray | None = None) -> tuple[CCFLServerState, Params, dict[str, Any]]:
+              losses: np.ndarray | None = None) -> tuple[CCFLServerState, Params, dict[str, object]]:
     """Algorithm 2's server thread for one upload (w_m, tau) from ``client``: returns the new
     state (its ``t`` is the timestamp sent back with the reply), the personalised reply and
     diagnostics. ``val_sets`` holds (x, y) of D_k per cluster; ``scratch`` is overwritten;
@@ -414,7 +414,7 @@ def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m:
         raise ValueError(f"upload stamped tau={tau} is newer than the server's epoch t={state.t}")
     k = state.num_clusters
     t = state.t + 1
-    diag: dict[str, Any] = {"t": t, "client": client, "tau": tau, "staleness": t - tau}
+    diag: dict[str, object] = {"t": t, "client": client, "tau": tau, "staleness": t - tau}
     if is_stale(t, tau, params.tau0):
         reply, u = stale_reply(state, client)
         diag.update(stale=True, u=u, alpha=np.zeros(k), updated=np.zeros(k, dtype=bool),
@@ -450,7 +450,7 @@ def on_upload(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m:
 
 
 # ----------------------------------------------------------------------------- the algorithm
-class PretrainedStart(StreamAlgorithm):
+class PretrainedStart(StreamAlgorithm[CCFLServerState]):
     """What CCFL and its baselines (FedSoft-Async, the stream Local) share: the K cluster models
     pre-trained on the server's public sets (``pretrain_epochs``, ``shared_init``) and the
     clients' proximal term (``rho``), settings of CCFL's, not of the stream template's."""
@@ -474,22 +474,24 @@ class CCFL(PretrainedStart):
 
     _val_sets: ValSets | None = None
 
-    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        return payload["initial"], None, nbytes(payload["initial"])
+    def first_anchor(self, payload: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        initial = cast(Params, payload["initial"])  # cold_start's
+        return initial, None, nbytes(initial)
 
-    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        return reply["model"], None, nbytes(reply["model"])
+    def receive(self, cs: StreamClient, reply: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        model = cast(Params, reply["model"])  # reply's: CCFL always sends a model
+        return model, None, nbytes(model)
 
     def init_stream_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
 
-    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, object]:
         return {"initial": initial_reply(state), "t": state.t}
 
     def models(self, state: CCFLServerState) -> torch.Tensor:
         return state.models
 
-    def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, Any]:
+    def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, object]:
         """``estimate_on: actors``: l_k = F(w_m; D_k) on every cluster's validation set, computed
         on the uploading client's actor (the same forward passes the server would make)."""
         a = self.settings
@@ -507,7 +509,7 @@ class CCFL(PretrainedStart):
         return self._val_sets
 
     def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
-                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+                     payload: Mapping[str, object]) -> tuple[Params, dict[str, float]]:
         """A held-out client's cold start: Algorithm 1's estimate u of its first local model
         (:func:`estimate_distribution`, on the server's validation sets D_k, built where the
         client runs as ``estimate_on: actors`` does) and the personalised model sum_k u_k w_k,
@@ -516,12 +518,13 @@ class CCFL(PretrainedStart):
         est = estimate_distribution(ctx.scratch, w, models, self._host_val_sets(ctx), self.settings, ctx.info.task)
         return personalised_model(models, est.u), {f"u[{k}]": float(v) for k, v in enumerate(est.u)}
 
-    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: nn.Module,
-                    val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, Any]]:
+    def server_step(self, state: CCFLServerState, client: int, up: Mapping[str, object], scratch: nn.Module,
+                    val_sets: ValSets) -> tuple[CCFLServerState, Params, dict[str, object]]:
         tick = time.perf_counter()
         recomputed = int(np.isnan(state.self_losses).sum())  # F(w_k; D_k) not cached
-        state, reply, diag = on_upload(state, self.settings, client, up["w"], up["tau"], scratch, val_sets,
-                                       losses=up.get("l"))
+        # the upload of StreamAlgorithm.step: its model, the reply's epoch tau, and l_k when the actor made it
+        w, tau, losses = cast(Params, up["w"]), cast(int, up["tau"]), cast("np.ndarray | None", up.get("l"))
+        state, reply, diag = on_upload(state, self.settings, client, w, tau, scratch, val_sets, losses=losses)
         diag["server_s"] = time.perf_counter() - tick
         diag["fresh"] = not diag["stale"]
         if not diag["stale"]:  # w_m on every D_k (unless the actor did), plus the stale F(w_k; D_k)

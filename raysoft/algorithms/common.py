@@ -3,7 +3,7 @@ vector on a client's data, and training a vector from a client's persisting opti
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -34,7 +34,17 @@ def scratch_optimizer(ctx: ClientContext) -> Adam | SGD:
     return make_optimizer(ctx.cfg.train, ctx.scratch.parameters())
 
 
-def train_from(ctx: ClientContext, opt: Adam | SGD, start: Params, t: int, tag: str = "shuffle", **kw: Any) -> Params:
+class TrainOptions(TypedDict, total=False):
+    """The keywords :func:`train_from` hands to :func:`~raysoft.training.proximal_train`."""
+
+    pull_scale: float
+    pull_target: Params | None
+    sample_weights: torch.Tensor | None
+    epochs: int | None
+
+
+def train_from(ctx: ClientContext, opt: Adam | SGD, start: Params, t: int, tag: str = "shuffle",
+               **kw: Unpack[TrainOptions]) -> Params:
     """Load ``start`` into the scratch model, train it locally with the client's optimizer
     state ``opt`` (bound to the scratch model here) and return the trained vector.
 
@@ -54,7 +64,7 @@ def train_from(ctx: ClientContext, opt: Adam | SGD, start: Params, t: int, tag: 
     return get_flat(ctx.scratch)
 
 
-def proximal_pull(mu: float, anchor: Params) -> dict[str, Any]:
+def proximal_pull(mu: float, anchor: Params) -> TrainOptions:
     """The keyword arguments of :func:`train_from` (``pull_scale``, ``pull_target``) that add
     the gradient of (mu / 2) ||w - anchor||^2, i.e. ``mu * w - mu * anchor``, to the data
     gradient (FedProx's proximal term); none when mu is 0, so that the local solver is plain

@@ -11,8 +11,8 @@ FedSoft and FedEM's reference code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -39,24 +39,24 @@ class GlobalModel:
     model: torch.Tensor  # [d]
 
 
-def _fedavg_train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
+def _fedavg_train(ctx: ClientContext, opt, payload: Mapping[str, torch.Tensor], t: int):
     return opt, train_from(ctx, opt, payload["model"], t)
 
 
-def _fedavg_train_batched(ctxs: list[ClientContext], opts: list, payload: dict[str, Any], t: int):
+def _fedavg_train_batched(ctxs: list[ClientContext], opts: list, payload: Mapping[str, torch.Tensor], t: int):
     return opts, batched_local_train(ctxs, None, opts, t, start=payload["model"])
 
 
-def _fedavg_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
+def _fedavg_evaluate(ctx: ClientContext, opt, payload: Mapping[str, torch.Tensor], t: int):
     return opt, evaluate_vector(ctx, payload["model"])
 
 
-def _fedavg_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+def _fedavg_unseen(ctx: ClientContext, _: None, payload: Mapping[str, torch.Tensor], t: int):
     """Cold start of a held-out client: the global model, as it is."""
     return None, served_vector_metrics(ctx, payload["model"])
 
 
-def _fedavg_evaluate_batched(ctxs: list[ClientContext], opts: list, payload: dict[str, Any], t: int):
+def _fedavg_evaluate_batched(ctxs: list[ClientContext], opts: list, payload: Mapping[str, torch.Tensor], t: int):
     """:func:`_fedavg_evaluate` of a host's clients at once: the global model passes forward over
     their data together (:func:`~raysoft.evaluation.score_clients`); each client's metrics are
     its own samples', as alone."""
@@ -98,7 +98,7 @@ class FedAvg(Configured[FedAvgConfig]):
     def weights(self, state: GlobalModel) -> None:
         return None
 
-    def eval_payload(self, state: GlobalModel) -> dict[str, Any]:
+    def eval_payload(self, state: GlobalModel) -> dict[str, torch.Tensor]:
         return {"model": state.model}
 
 
@@ -108,18 +108,18 @@ class LocalClient:
     optimizer: Adam | SGD
 
 
-def _local_train(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t: int):
+def _local_train(ctx: ClientContext, cs: LocalClient, payload: Mapping[str, object], t: int):
     proximal_train(cs.model, cs.optimizer, ctx.data.x, ctx.data.y, ctx.info.task, ctx.cfg.train,
                    rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, t))
     return cs, None
 
 
-def _local_train_batched(ctxs: list[ClientContext], states: list[LocalClient], payload: dict[str, Any], t: int):
+def _local_train_batched(ctxs: list[ClientContext], states: list[LocalClient], payload: Mapping[str, object], t: int):
     batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states], t)
     return states, [None] * len(states)
 
 
-def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t: int):
+def _local_evaluate(ctx: ClientContext, cs: LocalClient, payload: Mapping[str, object], t: int):
     return cs, own_data_metrics(ctx, cs.model)
 
 
@@ -130,7 +130,7 @@ def local_budget(rounds: int, clients_per_round: int, trainers: int, local_epoch
     return max(1, round(rounds * min(clients_per_round, trainers) / trainers * local_epochs))
 
 
-def _local_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+def _local_unseen(ctx: ClientContext, _: None, payload: Mapping[str, object], t: int):
     """Cold start of a held-out client: its own model, from the shared initial model
     (``client_init``, as every client's), trained with the run's local solver for the budget a
     training client has had by round t (:func:`local_budget`), its mini-batch order from the
@@ -164,9 +164,9 @@ class Local(Configured[LocalConfig]):
         yield ClientCall("train", selected, {})
         return RoundResult(state, trained=len(selected))
 
-    def eval_payload(self, state: None) -> dict[str, Any]:
+    def eval_payload(self, state: None) -> dict[str, object]:
         return {}
 
-    def serve(self, ctx: ClientContext, cs: LocalClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+    def serve(self, ctx: ClientContext, cs: LocalClient, payload: Mapping[str, object], t: int) -> torch.nn.Module:
         """The model served to a client: its own."""
         return cs.model

@@ -21,6 +21,7 @@ mixture prediction and, as ``*_best_learner``, the learner with the largest pi_t
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,7 +149,7 @@ class FedEMState:
     pi: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # [N, M], as last reported
 
 
-def fedem_train(a: FedEMConfig, ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t: int):
+def fedem_train(a: FedEMConfig, ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, torch.Tensor], t: int):
     """E-step with the current learners, pi = mean of q, each learner trained on its q-weighted
     loss (the lr decayed after ``a.lr_milestones`` of the client's own rounds)."""
     learners = payload["learners"]
@@ -164,7 +165,7 @@ def fedem_train(a: FedEMConfig, ctx: ClientContext, cs: FedEMClient, payload: di
     return cs, (torch.stack(new), cs.pi.clone())
 
 
-def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t: int):
+def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, torch.Tensor], t: int):
     learners = payload["learners"]
     out = mixture_metrics(ctx.scratch, learners, cs.pi, ctx.data.x, ctx.data.y, ctx.info.task)
     set_flat(ctx.scratch, learners[int(cs.pi.argmax())])
@@ -173,7 +174,7 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any]
     return cs, out
 
 
-def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: Mapping[str, torch.Tensor], t: int):
     """Cold start of a held-out client, as FedEM serves clients that did not train: its
     mixture weights fitted by EM on its training data with the learners frozen
     (:func:`fit_mixture`; ``a.unseen_em_steps`` steps, None: to convergence), the pi-mixture of
@@ -223,9 +224,10 @@ class FedEM(Configured[FedEMConfig]):
     def weights(self, state: FedEMState) -> np.ndarray:
         return state.pi
 
-    def eval_payload(self, state: FedEMState) -> dict[str, Any]:
+    def eval_payload(self, state: FedEMState) -> dict[str, torch.Tensor]:
         return {"learners": state.learners}
 
-    def serve(self, ctx: ClientContext, cs: FedEMClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+    def serve(self, ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, torch.Tensor],
+              t: int) -> torch.nn.Module:
         """The model served to a client: its pi-mixture of the learners (:class:`Mixture`)."""
         return Mixture(ctx.scratch, payload["learners"], cs.pi, ctx.info.task)

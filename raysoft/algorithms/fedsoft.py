@@ -14,6 +14,7 @@ and the local models are FedSoft's personalised models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,7 @@ class CenterSums(Reduction):
     v: np.ndarray | None = None
     part: int | None = 0
 
-    def plan(self, rest: dict[int, Any]) -> Plan:
+    def plan(self, rest: Mapping[int, object]) -> Plan:
         if self.selected is None:
             assert self.v is not None
             if not rest:
@@ -188,7 +189,7 @@ def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient],
     return states, [(w, distance_to_mixture(w, uk, centers)) for w, uk in zip(rows, u)]
 
 
-def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
+def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: Mapping[str, object], t: int):
     """The local model's metrics on the client's own training data (as the paper evaluates)."""
     return cs, own_data_metrics(ctx, cs.model)
 
@@ -264,13 +265,13 @@ class FedSoft(Configured[FedSoftConfig]):
     def weights(self, state: FedSoftState) -> np.ndarray:
         return state.u
 
-    def eval_payload(self, state: FedSoftState) -> dict[str, Any]:
+    def eval_payload(self, state: FedSoftState) -> dict[str, object]:
         return {}
 
-    def unseen_payload(self, state: FedSoftState) -> dict[str, Any]:
+    def unseen_payload(self, state: FedSoftState) -> dict[str, object]:
         return {"centers": state.centers, "sigma": self.settings.sigma}
 
-    def serve(self, ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int) -> torch.nn.Module:
+    def serve(self, ctx: ClientContext, cs: FedSoftClient, payload: Mapping[str, object], t: int) -> torch.nn.Module:
         """The model served to a client: its local (personalised) model, trained with the
         proximal pull towards its mixture of the centers."""
         return cs.model

@@ -10,8 +10,9 @@ docs/algorithms.md (FedSoft-Async).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -43,13 +44,13 @@ def async_ratios(mu: np.ndarray, gap: np.ndarray, params: CCFLConfig) -> np.ndar
 
 
 def on_upload_async(state: CCFLServerState, params: CCFLConfig, client: ClientId, w_m: Params, tau: int,
-                    mu: np.ndarray) -> tuple[CCFLServerState, dict[str, Any]]:
+                    mu: np.ndarray) -> tuple[CCFLServerState, dict[str, object]]:
     """The server step of FedSoft-Async for one upload (w_m, mu) stamped tau. The client mixes
     its own reply from the K models it downloads, so the server computes none."""
     t = state.t + 1
     mu = np.asarray(mu, dtype=np.float64)
     mu = mu / mu.sum()
-    diag: dict[str, Any] = {"t": t, "client": client, "tau": tau, "staleness": t - tau, "u": mu}
+    diag: dict[str, object] = {"t": t, "client": client, "tau": tau, "staleness": t - tau, "u": mu}
     if is_stale(t, tau, params.tau0):
         diag.update(stale=True, alpha=np.zeros_like(mu))
         return replace(state, t=t, versions=count_updates(state.versions, np.zeros(len(mu), dtype=bool))), diag
@@ -68,12 +69,12 @@ class FedSoftAsync(PretrainedStart):
     Settings = FedSoftAsyncConfig
     settings: FedSoftAsyncConfig
 
-    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        models = payload["initial_models"]  # the start is their average
+    def first_anchor(self, payload: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        models = cast(torch.Tensor, payload["initial_models"])  # the start is their average
         return personalised_model(models, np.full(len(models), 1.0 / len(models))), models, nbytes(models)
 
-    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        models = reply["models"]
+    def receive(self, cs: StreamClient, reply: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        models = cast(torch.Tensor, reply["models"])
         assert cs.mu is not None  # estimated before its first upload
         return personalised_model(models, cs.mu), models, nbytes(models)
 
@@ -85,11 +86,11 @@ class FedSoftAsync(PretrainedStart):
         return cs.mu
 
     def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
-                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+                     payload: Mapping[str, object]) -> tuple[Params, dict[str, float]]:
         """A held-out client's cold start: its own estimate mu on the K models it downloaded
         (:meth:`estimate`, FedSoft's estimation step) and its mixture sum_k mu_k w_k, the anchor
         its own reply would give; mu is ``u[k]``."""
-        models = payload["initial_models"]
+        models = cast(torch.Tensor, payload["initial_models"])
         mu = self.estimate(ctx, cs, models)
         assert mu is not None
         return personalised_model(models, mu), {f"u[{k}]": float(v) for k, v in enumerate(mu)}
@@ -97,17 +98,19 @@ class FedSoftAsync(PretrainedStart):
     def init_stream_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)
 
-    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, object]:
         return {"initial_models": state.models.clone(), "t": state.t}  # the current cluster models
 
-    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
-                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:
-        state, diag = on_upload_async(state, self.settings, client, up["w"], up["tau"], up["mu"])
+    def server_step(self, state: CCFLServerState, client: int, up: Mapping[str, object], scratch: torch.nn.Module,
+                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, object]]:
+        # the upload of StreamAlgorithm.step: its model, the reply's epoch tau and its estimate mu
+        w, tau, mu = cast(Params, up["w"]), cast(int, up["tau"]), cast(np.ndarray, up["mu"])
+        state, diag = on_upload_async(state, self.settings, client, w, tau, mu)
         diag["fresh"] = True  # every client estimates its own mixture at every upload
         return state, None, diag
 
     def models(self, state: CCFLServerState) -> torch.Tensor:
         return state.models
 
-    def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, Any]:
+    def reply(self, state: CCFLServerState, model: Params | None) -> dict[str, object]:
         return {"model": None, "t": state.t, "models": state.models.clone()}

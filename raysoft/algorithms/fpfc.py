@@ -27,6 +27,7 @@ sets in turn replacing their members' models by the set's n-weighted mean.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,7 +233,8 @@ class FPFCState:
     def client(self, device: int) -> int:
         return device if self.clients is None else int(self.clients[device])
 
-    def by_client(self, rows: np.ndarray | dict[int, Any], devices: list[int] | None = None) -> Any:
+    def by_client(self, rows: np.ndarray | dict[int, np.ndarray],
+                  devices: list[int] | None = None) -> np.ndarray | dict[int, np.ndarray]:
         """``rows`` (one per device) as the payload indexes them, by client: the array itself
         when device i is client i, else {client: row}."""
         if self.clients is None:
@@ -252,7 +254,7 @@ def _fpfc_evaluate(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
     return opt, evaluate_vector(ctx, ctx.tensor(payload["w"][ctx.client]))
 
 
-def _fpfc_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
+def _fpfc_unseen(ctx: ClientContext, _: None, payload: Mapping[str, torch.Tensor], t: int):
     """Cold start of a held-out client: the cluster model (the n-weighted mean of a cluster's
     device models, :meth:`FPFC.centers`) with the lowest average loss on its training data
     (:func:`~raysoft.algorithms.ifca.center_cold_start`), served."""
@@ -331,12 +333,12 @@ class FPFC(Configured[FPFCConfig]):
         out[state.clients] = state.labels
         return out
 
-    def eval_payload(self, state: FPFCState) -> dict[str, Any]:
+    def eval_payload(self, state: FPFCState) -> dict[str, object]:
         return {"w": state.by_client(state.w)}
 
-    def unseen_payload(self, state: FPFCState) -> dict[str, Any]:
+    def unseen_payload(self, state: FPFCState) -> dict[str, torch.Tensor]:
         return {"centers": self.centers(state)}
 
-    def serve(self, ctx: ClientContext, opt: Any, payload: dict[str, Any], t: int) -> torch.Tensor:
+    def serve(self, ctx: ClientContext, opt: object, payload: dict[str, Any], t: int) -> torch.Tensor:
         """The model served to a client: its own w_i (after the last round, its cluster's model)."""
         return ctx.tensor(payload["w"][ctx.client])

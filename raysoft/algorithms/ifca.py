@@ -21,7 +21,7 @@ the client's own data). ``assignment: oracle`` replaces the choice by the client
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,7 @@ class CenterUpdate(Reduction):
     lr: float = 0.0
     part: int | None = 1
 
-    def plan(self, rest: dict[int, Any]) -> Plan:
+    def plan(self, rest: Mapping[int, tuple[int, None]]) -> Plan:
         chosen = {k: int(r[0]) for k, r in sorted(rest.items())}
         start = self.old.clone()
         if self.option == "fpfc_code" and chosen:
@@ -175,7 +175,7 @@ class IFCA(Configured[IFCAConfig]):
         stream = ("center",) if attempt == 0 else ("center-attempt", attempt)
         return torch.stack([get_flat(ctx.new_model(*stream, j)) for j in range(k)])
 
-    def good_init(self, ctx: ServerContext, state: IFCAState) -> Generator[ClientCall, Any, torch.Tensor]:
+    def good_init(self, ctx: ServerContext, state: IFCAState) -> Generator[ClientCall, dict[int, int], torch.Tensor]:
         """Re-draw the centers until each one is chosen by >= init_threshold of all clients
         (keeps the most balanced draw if none qualifies)."""
         a = self.settings
@@ -227,5 +227,5 @@ class IFCA(Configured[IFCAConfig]):
         """Each client's chosen center (at the last evaluation, every client chooses)."""
         return state.assignment
 
-    def eval_payload(self, state: IFCAState) -> dict[str, Any]:
+    def eval_payload(self, state: IFCAState) -> dict[str, object]:
         return {"centers": state.centers, "assignment": self.settings.assignment}

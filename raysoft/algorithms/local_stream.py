@@ -5,8 +5,9 @@ models), so the three stream algorithms see the same start."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -24,10 +25,10 @@ class LocalStream(PretrainedStart):
     Settings = LocalStreamConfig  # the CCFL comparison's keys, so one job file runs all three
     has_server = False
 
-    def first_anchor(self, payload: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
-        return payload["initial"], None, 0  # the common start, not a download
+    def first_anchor(self, payload: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
+        return cast(Params, payload["initial"]), None, 0  # the common start, not a download
 
-    def receive(self, cs: StreamClient, reply: dict[str, Any]) -> tuple[Params, torch.Tensor | None, int]:
+    def receive(self, cs: StreamClient, reply: Mapping[str, object]) -> tuple[Params, torch.Tensor | None, int]:
         assert cs.local is not None
         return cs.local, None, 0  # the client's own model is its anchor
 
@@ -35,16 +36,16 @@ class LocalStream(PretrainedStart):
         return None, 0
 
     def serve_unseen(self, ctx: ClientContext, cs: StreamClient, w: Params, models: torch.Tensor | None,
-                     payload: dict[str, Any]) -> tuple[Params, dict[str, float]]:
+                     payload: Mapping[str, object]) -> tuple[Params, dict[str, float]]:
         """A held-out client's cold start: its own model after its first local training."""
         return w, {}
 
     def init_stream_server(self, models: torch.Tensor) -> CCFLServerState:
         return init_server_state(models)  # only its epoch t moves
 
-    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, Any]:
+    def cold_start(self, state: CCFLServerState, initial_models: torch.Tensor) -> dict[str, object]:
         return {"initial": initial_reply(state), "t": state.t}
 
-    def server_step(self, state: CCFLServerState, client: int, up: dict[str, Any], scratch: torch.nn.Module,
-                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, Any]]:
+    def server_step(self, state: CCFLServerState, client: int, up: Mapping[str, object], scratch: torch.nn.Module,
+                    val_sets: ValSets) -> tuple[CCFLServerState, None, dict[str, object]]:
         return replace(state, t=state.t + 1), None, {"stale": False, "staleness": 0, "u": None, "fresh": False}

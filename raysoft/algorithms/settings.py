@@ -11,7 +11,7 @@ docs/algorithms.md; ``raysoft list algorithms`` prints them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -201,7 +201,7 @@ class StreamConfig(AlgorithmConfig):
     NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers", "rounds", "tau0", "cycle_uploads")
 
     @classmethod
-    def fill_defaults(cls, given: dict[str, Any], clients: Any, distributions: Any) -> dict[str, Any]:
+    def fill_defaults(cls, given: dict[str, object], clients: object, distributions: object) -> dict[str, object]:
         """The base's defaults, and the uploads T = data.clients x cycles (and, where the settings
         have it, the staleness bound tau0 and the uploads of a client cycle = data.clients)."""
         filled = super().fill_defaults(given, clients, distributions)

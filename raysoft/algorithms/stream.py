@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from .base import ClientContext, Configured
 from .settings import StreamConfig
 
 ValSets = list[tuple[torch.Tensor, torch.Tensor]]
+ST = TypeVar("ST")  # an algorithm's server state
 
 
 def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> float:
@@ -87,7 +88,7 @@ class StreamClient:
         self.cycle += 1
         self.cache = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "cache": None, "drift": None}
 
 
@@ -129,7 +130,7 @@ def client_update(model: nn.Module, optimizer: Adam | SGD, x: torch.Tensor, y: t
     return get_flat(model)
 
 
-class StreamAlgorithm(Configured[StreamConfig]):
+class StreamAlgorithm(Configured[StreamConfig], Generic[ST]):
     """The template every stream algorithm shares; subclasses fill in the hooks."""
 
     Settings: type[StreamConfig] = StreamConfig
@@ -142,7 +143,8 @@ class StreamAlgorithm(Configured[StreamConfig]):
 
     def __init__(self, settings: StreamConfig) -> None:
         super().__init__(settings)
-        self.client_ops: dict[str, Callable[..., Any]] = {"stream_step": self.step, "stream_score": self.score}
+        self.client_ops: dict[str, Callable[..., tuple[object, object]]] = {"stream_step": self.step,
+                                                                           "stream_score": self.score}
         if type(self).serve_unseen is not StreamAlgorithm.serve_unseen:  # a cold start for held-out clients
             self.client_ops["unseen"] = self.unseen
         self._source: StreamSource | None = None
@@ -200,7 +202,7 @@ class StreamAlgorithm(Configured[StreamConfig]):
         assert cs.local is not None
         return cs.local, nbytes(cs.local) + (8 * len(mu) if mu is not None else 0)
 
-    def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, Any]:
+    def server_work(self, ctx: ClientContext, cs: StreamClient, w: Params | None) -> dict[str, object]:
         """Server-side work that depends on the upload alone, done where the client runs (in
         parallel with the other clients) and sent with it; nothing by default."""
         return {}
@@ -311,18 +313,18 @@ class StreamAlgorithm(Configured[StreamConfig]):
         return None, {**self.score_reply(ctx, cs, served), **extra}
 
     # ------------------------------------------------------------------ server half
-    def init_stream_server(self, models: torch.Tensor) -> Any:
+    def init_stream_server(self, models: torch.Tensor) -> ST:
         """The server's state, from the K cluster models [K, d] (:meth:`initial_models`). Not
         ``init_server``, which is a synchronous algorithm's (from its ServerContext)."""
         raise NotImplementedError
 
-    def cold_start(self, state: Any, initial_models: torch.Tensor) -> dict[str, Any]:
+    def cold_start(self, state: ST, initial_models: torch.Tensor) -> dict[str, object]:
         """What a client downloads before its first upload: the server's current initialisation
         tuple, whose ``t`` (the server's epoch) stamps the client's first upload."""
         raise NotImplementedError
 
-    def server_step(self, state: Any, client: int, up: dict[str, Any], scratch: torch.nn.Module,
-                    val_sets: ValSets) -> tuple[Any, Params | None, dict[str, Any]]:
+    def server_step(self, state: ST, client: int, up: dict[str, Any], scratch: torch.nn.Module,
+                    val_sets: ValSets) -> tuple[ST, Params | None, dict[str, Any]]:
         """The server's answer to one upload: (new state, the reply's model or None, diag).
         ``diag`` has ``stale``, ``staleness``, ``u`` (the estimate, or None), ``fresh`` (the
         estimate was made for this upload) and, where the server estimated, Algorithm 1's terms
@@ -331,14 +333,14 @@ class StreamAlgorithm(Configured[StreamConfig]):
         ``server_forwards`` (its cost)."""
         raise NotImplementedError
 
-    def reply(self, state: Any, model: Params | None) -> dict[str, Any]:
+    def reply(self, state: ST, model: Params | None) -> dict[str, object]:
         """What goes back to the client: the reply's model, (for FedSoft-Async) the K cluster
         models, and optionally ``extras``, a dict of the plug-in's own fields (plain values and
         tensors) that the client's next upload carries back unchanged as ``up["extras"]`` (a
         model version, say). The engine adds ``t``, the uploads applied so far (the client's tau)."""
         return {"model": model, "models": None}
 
-    def models(self, state: Any) -> torch.Tensor:
+    def models(self, state: ST) -> torch.Tensor:
         """The cluster models [K, d] (evaluated every ``eval_every`` uploads, row k on cluster
         k's test set): required of every algorithm with a server."""
         raise NotImplementedError

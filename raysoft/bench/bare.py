@@ -7,6 +7,7 @@ FedSoft sub-steps, the same client selection streams, the same local steps and a
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _bare_setup(raw: dict[str, Any], device: str = "cpu"):
+def _bare_setup(raw: Mapping[str, object], device: str = "cpu"):
     import torch
 
     from ..algorithms.base import ServerContext
@@ -60,7 +61,7 @@ def _sgd_epochs(model, opt, x, y, task, cfg, rng) -> None:
             opt.step()
 
 
-def bare_fedavg(raw: dict[str, Any], export: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+def bare_fedavg(raw: Mapping[str, object], export: Path | None = None, device: str = "cpu") -> dict[str, object]:
     """FedAvg as a plain loop on ``device``; ``export`` writes its clients, selections and
     initial model for Flower and pfl (``benchmarks/flower.py`` and ``benchmarks/pfl/`` say what
     the file holds)."""
@@ -143,7 +144,7 @@ def _entropy(seq: np.random.SeedSequence) -> np.ndarray:
     return np.array(seq.entropy, dtype=np.int64)
 
 
-def bare_fedsoft(raw: dict[str, Any], export: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+def bare_fedsoft(raw: Mapping[str, object], export: Path | None = None, device: str = "cpu") -> dict[str, object]:
     """FedSoft (Algorithm 1) as a plain loop over clients on ``device``, with FedSoft's pure sub-steps;
     ``export`` writes its clients, initial models, hyperparameters and random streams for pfl
     (``benchmarks/pfl/__init__.py`` says what the file holds)."""

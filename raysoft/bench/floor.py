@@ -13,8 +13,8 @@ cuda`` the rate is the GPU's (:func:`raysoft.bench.gpu.cuda_matrix_rate`: a time
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from ..config import Config, parse_config
 from ..data import Federation
 from ..models import DataInfo, build_model
 from ..rng import numpy_rng
+
+if TYPE_CHECKING:
+    from .runner import Measurement
 
 
 def _images(cfg: Config, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,7 +148,7 @@ def device_rate(device: str = "cpu") -> tuple[float, str]:
     return rate, f"{rate:.1f} GFLOP/s"
 
 
-def floor_w2(raw: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
+def floor_w2(raw: Mapping[str, object], device: str = "cpu") -> dict[str, object]:
     """The bench worker's result for the ``floor`` system of a FedAvg workload (W2, W5): each
     round's floor in seconds, from FedAvg's selection stream, at ``device``'s matrix rate."""
     began = time.monotonic()
@@ -159,7 +162,7 @@ def floor_w2(raw: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
             "total_s": time.monotonic() - began}
 
 
-def floor_of_run(workload: str, raw: dict[str, Any], run: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
+def floor_of_run(workload: str, raw: Mapping[str, object], run: Measurement, device: str = "cpu") -> dict[str, object]:
     """The floor of W3 and W4 from the work of raysoft's run of the same workload (``run``: its
     bench result, whose ``work_all`` holds, per timed round, the samples of each client op the
     algorithm called, of its evaluations, and for a stream the samples trained and passed

@@ -25,7 +25,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -132,7 +131,7 @@ class GpuSampler:
         self._first.wait(self.first_wait)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._proc is not None:
             self._proc.terminate()
             try:

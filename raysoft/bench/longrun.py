@@ -26,13 +26,16 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..results import atomic_path
 from .runner import DEFAULT_TIMEOUT_S, _measure, check_request, command
 from .workloads import workload_config
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LONG_ROUNDS = {"W1": 1000, "W2": 100, "W3": 25, "W4": 20}  # W3: 25 rounds of 80 uploads = 2,000
 QUICK_ROUNDS = {"W1": 30, "W2": 20, "W3": 20, "W4": 20}
@@ -80,7 +83,7 @@ def growth(rounds: np.ndarray, pss: np.ndarray, total: int, warmup: int = 0) -> 
     return start, float(last.max()) / start - 1.0 if start > 0 else float("nan"), float(last.max())
 
 
-def role_growth(workload: str, processes: Any, total: int, warmup: int = 0) -> list[dict[str, Any]]:
+def role_growth(workload: str, processes: pd.DataFrame, total: int, warmup: int = 0) -> list[dict[str, object]]:
     """:func:`growth` of each role's PSS (summed over its processes at each sample) in the rows of
     ``processes`` (a frame with ``PROCESS_COLUMNS``' elapsed_s, round, pid, role, pss_mb), the
     largest at the end first; roles absent after the warm-up are left out."""
@@ -100,7 +103,7 @@ def role_growth(workload: str, processes: Any, total: int, warmup: int = 0) -> l
     return sorted(rows, key=lambda r: -r["pss_end_mb"])
 
 
-def figure(table: Any, path: Path) -> None:
+def figure(table: pd.DataFrame, path: Path) -> None:
     """The peak PSS of each round against the round, one panel per workload."""
     import matplotlib
 
@@ -122,7 +125,8 @@ def figure(table: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, timeout: float | None = None) -> Any:
+def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool,
+             timeout: float | None = None) -> pd.DataFrame:
     """Run raysoft alone on each workload for a long run; write memory.parquet, memory.md and
     memory.png into ``out``; return the per-workload growth table."""
     import pandas as pd
@@ -164,7 +168,7 @@ def long_run(workloads: list[str], rounds: int | None, out: Path, quick: bool, t
     return growth_table
 
 
-def markdown(table: Any) -> str:
+def markdown(table: pd.DataFrame) -> str:
     lines = ["| workload | rounds (W3: uploads) | warm-up | PSS after warm-up (MB) | PSS at the end (MB) | growth | "
              "peak PSS (MB) | total s |", "|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
@@ -174,7 +178,7 @@ def markdown(table: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def roles_markdown(table: Any) -> str:
+def roles_markdown(table: pd.DataFrame) -> str:
     """The growth of each role's PSS (:func:`role_growth`), a row a workload and role."""
     lines = ["| workload | role | processes | PSS after warm-up (MB) | PSS at the end (MB) | growth |",
              "|---|---|---|---|---|---|"]
@@ -189,7 +193,7 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
     """``raysoft bench --long-run``: prints the growth table, then (last line) the directory
     holding memory.parquet. Bad input: one line, exit 2; a run that fails: one line, exit 1."""
 
-    def measure() -> Any:
+    def measure() -> pd.DataFrame:
         why = "a long run needs at least 20 rounds (its warm-up is the first 10%)"
         check_request(workloads, rounds, timeout, 20, why)
         return long_run(workloads, rounds, Path(out), quick, timeout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import PurePath
-from typing import Any
 
 import psutil
 
@@ -89,6 +88,6 @@ class PeakSampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from ..results import atomic_path
 from .gpu import GpuSampler, cuda_available
 from .memory import PeakSampler, tree_memory_mb
 from .peers import MISSING, harness_module, load_harness, peer_venv
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 from .workloads import (
     DEFAULT_GPU_SHARE,
     DEFAULT_ROUNDS,
@@ -62,7 +66,44 @@ COLUMNS = [
 ]
 
 
-def coordinator_stats(res: dict[str, Any]) -> tuple[float, float]:
+class Measurement(TypedDict):
+    """A measurement's result, as the worker (or a peer's harness, in the runner's terms) writes
+    it to its JSON file: seconds of each round, client updates of each round, the quality
+    reached, and the extra series of the systems that have them."""
+
+    sec_per_round_all: list[float]
+    updates: list[int]
+    quality: float
+    quality_metric: str
+    total_s: float
+    timed_window: NotRequired[list[float] | None]  # (start, end) of the timed rounds, monotonic seconds
+    coordinator_busy_s_all: NotRequired[list[float]]
+    coordinator_bytes_all: NotRequired[list[int]]
+    eval_s: NotRequired[float]
+    eval_floor_s: NotRequired[float]
+    joined: NotRequired[int | None]  # W3: the upload by which every client has uploaded once
+    work_all: NotRequired[list[dict[str, float]]]  # raysoft's: per timed round, the samples of each kind of work
+    marks: NotRequired[list[tuple[float, int]]]  # raysoft's: (monotonic time, round or upload) of each step
+
+
+class PeerResult(TypedDict, total=False):
+    """What Flower's or pfl's harness (benchmarks/) writes: Flower's quality is its accuracy
+    and its updates a fixed number of clients per round; pfl's are in the runner's terms."""
+
+    sec_per_round: list[float]
+    total_s: float
+    timed_window: list[float] | None
+    accuracy: float  # Flower
+    clients_per_round: int  # Flower
+    quality: float  # pfl
+    quality_metric: str  # pfl
+    updates: list[int]  # pfl
+
+
+T = TypeVar("T")
+
+
+def coordinator_stats(res: Measurement) -> tuple[float, float]:
     """(median busy seconds, median MB through the coordinator) over the timed rounds (after the
     warm-up), NaN for a system without a coordinator."""
     busy, sent = res.get("coordinator_busy_s_all") or [], res.get("coordinator_bytes_all") or []
@@ -91,7 +132,7 @@ def check_timeout(timeout: float) -> None:
 
 
 def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
-             series: bool = False) -> tuple[dict[str, Any], PeakSampler]:
+             series: bool = False) -> tuple[Measurement, PeakSampler]:
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # always a fresh local Ray of the subprocess's own
     with tempfile.TemporaryFile() as err:
@@ -112,7 +153,7 @@ def _measure(label: str, cmd: list[str], out_json: Path, timeout: float | None,
 
 
 def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
-              timeout: float | None, gpu_share: float = 0.0) -> tuple[dict[str, Any], PeakSampler]:
+              timeout: float | None, gpu_share: float = 0.0) -> tuple[Measurement, PeakSampler]:
     """Flower or pfl, from its venv (made first if need be), on the bare loop's ``export``; its
     result in the runner's terms and its memory (the peak of this process and its children,
     less this process's own). ``gpu_share`` > 0: Flower's clients on that share of the GPU each,
@@ -122,14 +163,14 @@ def _run_peer(system: str, venv_dir: Path, export: Path, out_json: Path,
         python = flower.ensure_flower_venv(venv_dir)
         actors = gpu_actors(gpu_share) if gpu_share > 0 else 2
 
-        def run() -> dict[str, Any]:
+        def run() -> PeerResult:
             return flower.run_flower(python, export, out_json, num_actors=actors, timeout=timeout,
                                      gpu_share=gpu_share)
     else:
         pfl = harness_module("pfl_env")
         python = pfl.ensure_pfl_venv(venv_dir)
 
-        def run() -> dict[str, Any]:
+        def run() -> PeerResult:
             return pfl.run_pfl(python, export, out_json, workers=2, timeout=timeout)
 
     own = tree_memory_mb(os.getpid())  # this process alone: no children now
@@ -165,8 +206,8 @@ def peer_skip(system: str, venv_dir: str, device: str) -> str | None:
     return None
 
 
-def row(workload: str, system: str, cfg: dict[str, Any], res: dict[str, Any], peak_rss: float, peak_pss: float,
-        device: str = "cpu", gpu: dict[str, float] | None = None) -> dict[str, Any]:
+def row(workload: str, system: str, cfg: Mapping[str, Mapping[str, object]], res: Measurement, peak_rss: float,
+        peak_pss: float, device: str = "cpu", gpu: dict[str, float] | None = None) -> dict[str, object]:
     """One row of the bench table from a measurement's result ``res`` (the worker's JSON, or a
     peer's in the runner's terms), its peak memory and, on cuda, its GPU columns
     (:func:`raysoft.bench.gpu.gpu_summary`; NaN without)."""
@@ -187,12 +228,12 @@ def row(workload: str, system: str, cfg: dict[str, Any], res: dict[str, Any], pe
 
 def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flower: str,
           timeout: float | None = None, clients: int | None = None, pfl: str | None = None,
-          device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> Any:
+          device: str = "cpu", gpu_share: float = DEFAULT_GPU_SHARE) -> pd.DataFrame:
     """Run every (workload, system); write ``bench.parquet`` and return its table. ``clients``:
     W4's population (default 1,000); ``flower``, ``pfl``: those peers' venvs, or ``"skip"``;
     ``device="cuda"``: every system on the GPU (raysoft's and Flower's client actors on
     ``gpu_share`` of it each), nvidia-smi sampled during each measurement."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     scratch = Path(tempfile.mkdtemp(prefix="raysoft-bench-"))
     runs = [(w, v + (f"@{clients}" if clients and w == "W4" else "")) for w in workloads for v in variants(w)]
     device_args = ["--device", device, "--gpu-share", repr(gpu_share)] if device == "cuda" else []
@@ -239,7 +280,7 @@ def bench(workloads: list[str], rounds: int | None, out: Path, quick: bool, flow
     return write_table(rows, out)
 
 
-def write_table(rows: list[dict[str, Any]], out: Path) -> Any:
+def write_table(rows: list[dict[str, object]], out: Path) -> pd.DataFrame:
     """``bench.parquet`` (atomically) and ``bench.md`` in ``out`` from the rows so far; the table."""
     import pandas as pd
 
@@ -252,20 +293,20 @@ def write_table(rows: list[dict[str, Any]], out: Path) -> Any:
     return table
 
 
-def _count(value: Any) -> str:
+def _count(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{int(value):,}"
 
 
-def _num(value: Any, fmt: str) -> str:
+def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None or np.isnan(value) else format(value, fmt)
 
 
-def on_cuda(table: Any) -> bool:
+def on_cuda(table: pd.DataFrame) -> bool:
     """Whether any row of the bench table ran on the GPU."""
     return "device" in table.columns and bool((table["device"] == "cuda").any())
 
 
-def markdown(table: Any) -> str:
+def markdown(table: pd.DataFrame) -> str:
     """The bench table, with raysoft's speed-up over each other system of the same workload (the
     floor's is below 1: raysoft's seconds are that many times the floor's); a table with rows
     on the GPU has two more columns: the GPU's mean (highest) utilisation over the timed rounds
@@ -291,7 +332,7 @@ def markdown(table: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evaluation_lines(table: Any) -> list[str]:
+def evaluation_lines(table: pd.DataFrame) -> list[str]:
     """Below the table, for each row with a timed final evaluation (W5's raysoft row): its
     seconds beside the floor of its forward passes."""
     if "eval_s" not in table.columns:
@@ -305,7 +346,7 @@ def evaluation_lines(table: Any) -> list[str]:
     return [""] + out if out else []
 
 
-def gpu_cells(r: Any) -> str:
+def gpu_cells(r: pd.Series) -> str:
     """A row's two GPU cells: "mean / max" utilisation and peak memory ("–" where not sampled)."""
     util, top = r.get("gpu_util_pct"), r.get("gpu_util_max_pct")
     busy = "–" if util is None or np.isnan(util) else f"{util:.0f} / {_num(top, '.0f')}"
@@ -322,7 +363,7 @@ def check_request(workloads: list[str], rounds: int | None, timeout: float, min_
         raise ConfigError(f"--rounds: {why}")
 
 
-def command(measure: Callable[[], Any], markdown: Callable[[Any], str], out: str | Path,
+def command(measure: Callable[[], T], markdown: Callable[[T], str], out: str | Path,
             failures: tuple[type[Exception], ...] = (RuntimeError,)) -> int:
     """Run one bench command's ``measure``: print its table, then (last line) the directory
     holding its files, and return 0. Bad input: one line on stderr, exit 2; a failure of the
@@ -359,7 +400,7 @@ def main(workloads: list[str], rounds: int | None, out: str | Path, quick: bool,
     included, refused before anything starts): one line on stderr, exit 2; a system that fails
     or outlasts ``timeout`` seconds (each measurement): one line, exit 1."""
 
-    def measure() -> Any:
+    def measure() -> pd.DataFrame:
         check_device(device, gpu_share)
         check_request(workloads, rounds, timeout, 2, "needs at least 2 (the first is the warm-up)")
         if flower != "skip" or pfl != "skip":

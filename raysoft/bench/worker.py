@@ -8,16 +8,25 @@ import multiprocessing as mp
 import queue
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import parse_config
 from .bare import bare_fedavg, bare_fedsoft
 from .workloads import DEFAULT_GPU_SHARE, FEDAVG_FLOORS, on_gpu, workload_config
 
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
 
-def _quality_of(tables: dict[str, Any], summary: dict[str, Any], workload: str) -> tuple[float, str]:
+    import pyarrow as pa
+
+    from ..config import Config
+
+T = TypeVar("T")
+
+
+def _quality_of(tables: Mapping[str, pa.Table], summary: Mapping[str, object], workload: str) -> tuple[float, str]:
     """W1: mean over distributions of the best center's MSE; W2 and W5 (FedAvg): the mean
     holdout accuracy of the global model; W3: the mean cluster-model accuracy of the last
     evaluation."""
@@ -32,7 +41,7 @@ def _quality_of(tables: dict[str, Any], summary: dict[str, Any], workload: str) 
     return float(acc.groupby("eval_dist")["value"].max().mean()), "cluster accuracy"
 
 
-def stream_rounds(marks: list[tuple[float, int]], work: list[dict[str, Any]],
+def stream_rounds(marks: list[tuple[float, int]], work: Sequence[Mapping[str, float]],
                   n: int) -> tuple[list[float], list[dict[str, float]]]:
     """A stream's "rounds" of ``n`` uploads from its steps' progress marks (time, uploads applied
     so far) and the work reported with each: consecutive steps are taken together until they
@@ -57,14 +66,14 @@ def stream_rounds(marks: list[tuple[float, int]], work: list[dict[str, Any]],
     return times, done
 
 
-def _call_and_put(out: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _call_and_put(out: Queue[tuple[bool, object]], fn: Callable[..., object], args: tuple[object, ...]) -> None:
     try:
         out.put((True, fn(*args)))
     except Exception:  # noqa: BLE001 - whatever fn raises: the parent raises it, with this traceback
         out.put((False, traceback.format_exc()))
 
 
-def call_in_fresh_process(fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
+def call_in_fresh_process(fn: Callable[..., T], *args: object, timeout: float) -> T:
     """``fn(*args)`` in a fresh (spawned) process, e.g. a run with a Ray of its own; its value
     (picklable). Raises TimeoutError, and kills the process, if it has not answered within
     ``timeout`` seconds; RuntimeError with the child's traceback if ``fn`` raised."""
@@ -93,7 +102,7 @@ def _window(times: list[float]) -> tuple[float, float] | None:
     return times[1] if len(times) > 2 else times[0], times[-1]
 
 
-def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
+def run_raysoft(workload: str, raw: Mapping[str, object]) -> dict[str, object]:
     from ..api import check_data
     from ..backends import run_backend
 
@@ -117,7 +126,7 @@ def run_raysoft(workload: str, raw: dict[str, Any]) -> dict[str, Any]:
     total = time.monotonic() - start
     if workload == "W3":  # a "round" is N uploads; the first advance is the initial evaluation
         times, done_w3 = stream_rounds([(m[0], m[1]) for m in marks[1:]], work[1:], cfg.data.clients)
-        done: list[dict[str, Any]] = list(done_w3)
+        done: Sequence[Mapping[str, float]] = done_w3
         updates = [cfg.data.clients] * len(times)
     else:
         times = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
@@ -143,7 +152,7 @@ EVAL_WORK = ("holdout", "evaluate", "served")  # the kinds of work of a synchron
 EVAL_TIMED = ("W5",)  # workloads whose final all-client evaluation is timed beside its floor
 
 
-def final_evaluation(workload: str, cfg: Any, evaluations: list[tuple[float, int]]) -> dict[str, Any]:
+def final_evaluation(workload: str, cfg: Config, evaluations: list[tuple[float, int]]) -> dict[str, float]:
     """``eval_s``: the seconds of the run's final evaluation (every center on the holdout sets,
     every client's evaluate op and its served model on its test split), and ``eval_floor_s``:
     the floor of its forward passes (the samples it passed forward at one forward pass's FLOP,

@@ -4,7 +4,7 @@ docs/plugins.md for a plug-in's)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from pydantic import Field
 
@@ -59,7 +59,7 @@ class AlgorithmConfig(Section):
     NULL_IS_DEFAULT: ClassVar[tuple[str, ...]] = ("num_centers",)  # keys whose null means "the default"
 
     @classmethod
-    def fill_defaults(cls, given: dict[str, Any], clients: Any, distributions: Any) -> dict[str, Any]:
+    def fill_defaults(cls, given: dict[str, object], clients: object, distributions: object) -> dict[str, object]:
         """``given`` (the keys a config gives, before validation) with the defaults that depend on
         the data section filled in: ``num_centers`` = ``data.distributions`` where the settings
         have that key. A plug-in overrides this for keys of its own."""

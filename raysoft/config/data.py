@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -79,7 +79,7 @@ class DataConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _null_is_default(cls, raw: Any) -> Any:
+    def _null_is_default(cls, raw: object) -> object:
         if not isinstance(raw, Mapping):
             return raw
         return {k: v for k, v in raw.items() if not (v is None and k in cls.NULL_IS_DEFAULT)}
@@ -97,7 +97,7 @@ class DataConfig(Section):
 
     @field_validator("partition", mode="before")
     @classmethod
-    def _partition_is_text(cls, v: Any) -> Any:
+    def _partition_is_text(cls, v: object) -> object:
         if isinstance(v, int) and not isinstance(v, bool):
             known = cls.partitions()
             hint = f" (one of {', '.join(known)})" if known else ""

@@ -6,9 +6,9 @@ sections."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..plugins import register_bases, settings_class
@@ -27,12 +27,16 @@ DISPATCHED = {"algorithm": ("algorithms", "fedsoft"), "data": ("datasets", "synt
 """section -> (the kind of plug-in its name names, the name when none is given)."""
 
 
-def _default(section: str) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def _default(section: str, base: type[M]) -> M:
+    """The section's default: its default plug-in's settings (a ``base``, as registered)."""
     kind, name = DISPATCHED[section]
-    return settings_class(kind, name).model_validate({"name": name})
+    return cast(M, settings_class(kind, name).model_validate({"name": name}))
 
 
-def _dispatch(kind: str, v: Any, default: str | None) -> Any:
+def _dispatch(kind: str, v: object, default: str | None) -> BaseModel:
     """Validate a section's mapping with the settings class of the plug-in its ``name`` names."""
     if isinstance(v, Section):
         return v
@@ -57,9 +61,9 @@ class Config(Section):
                                            "callbacks", "clock")
 
     seed: int = 0
-    algorithm: AlgorithmConfig = Field(default_factory=lambda: _default("algorithm"))
-    data: DataConfig = Field(default_factory=lambda: _default("data"))
-    model: ModelConfig = Field(default_factory=lambda: _default("model"))
+    algorithm: AlgorithmConfig = Field(default_factory=lambda: _default("algorithm", AlgorithmConfig))
+    data: DataConfig = Field(default_factory=lambda: _default("data", DataConfig))
+    model: ModelConfig = Field(default_factory=lambda: _default("model", ModelConfig))
     train: TrainConfig = Field(default_factory=TrainConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
@@ -72,7 +76,7 @@ class Config(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _fill_defaults(cls, raw: Any) -> Any:
+    def _fill_defaults(cls, raw: object) -> object:
         """Defaults that depend on other sections, filled in the raw mapping before the
         sections are validated and frozen: the algorithm's num_centers (data.distributions),
         a stream's rounds (data.clients x cycles) and tau0 (data.clients)."""
@@ -112,13 +116,13 @@ class Config(Section):
 
     @field_validator("algorithm", "data", "model", mode="before")
     @classmethod
-    def _dispatch_section(cls, v: Any, info: ValidationInfo) -> Any:
+    def _dispatch_section(cls, v: object, info: ValidationInfo) -> BaseModel:
         kind, default = DISPATCHED[str(info.field_name)]
         return _dispatch(kind, v, default)
 
     @field_validator("callbacks", mode="before")
     @classmethod
-    def _dispatch_callbacks(cls, v: Any) -> Any:
+    def _dispatch_callbacks(cls, v: object) -> list[BaseModel]:
         if not isinstance(v, list):
             raise ValueError("must be a list of mappings, each with a 'name'")
         out = []

@@ -7,7 +7,6 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -21,7 +20,7 @@ from .section import UNKNOWN_KEY, format_error
 from .yamlio import load_yaml
 
 
-def parse_config(raw: Mapping[str, Any] | None) -> Config:
+def parse_config(raw: Mapping[str, object] | None) -> Config:
     """Validate a config mapping (after :func:`apply_regime`); raise :class:`ConfigError` with a
     one-line message."""
     raw = {} if raw is None else raw
@@ -99,19 +98,20 @@ def _shipped_copy(p: Path) -> Path:
     return found
 
 
-def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+def load_raw(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, object]:
     """Read a YAML config and apply overrides, without validating it."""
-    raw: Any = {}
+    raw: Mapping[str, object] = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             p = _shipped_copy(p)
         try:
-            raw = load_yaml(p.read_text()) or {}
+            loaded = load_yaml(p.read_text()) or {}
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark else ""
             raise ConfigError(f"config file {str(p)!r}: invalid YAML{where}") from None
-        if not isinstance(raw, Mapping):
+        if not isinstance(loaded, Mapping):
             raise ConfigError(f"config file {str(p)!r}: the top level must be a mapping of sections")
+        raw = loaded
     return apply_overrides(raw, list(overrides or []))

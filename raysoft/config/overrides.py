@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import yaml
 
@@ -18,11 +17,11 @@ from .section import nearest
 from .yamlio import load_yaml
 
 
-def _parse(text: str) -> Any:
+def _parse(text: str) -> object:
     return load_yaml(text) if text else ""  # 1e-3 a number, as in a config file
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     return {k: _copy(v) for k, v in value.items()} if isinstance(value, Mapping) else value
 
 
@@ -31,7 +30,7 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]:
+def _switch(section: dict[str, object], kind: str, old: object, new: object) -> list[str]:
     """Leave out of ``section`` (a dispatched section whose ``name`` changes from ``old`` to
     ``new``) the keys that ``new``'s settings do not have; the keys left out. Nothing is left
     out when ``new`` cannot be read: validation names it."""
@@ -46,8 +45,8 @@ def _switch(section: dict[str, Any], kind: str, old: Any, new: Any) -> list[str]
     return dropped
 
 
-def apply_overrides(raw: Mapping[str, Any], overrides: list[str],
-                    note: Callable[[str], None] | None = None) -> dict[str, Any]:
+def apply_overrides(raw: Mapping[str, object], overrides: list[str],
+                    note: Callable[[str], None] | None = None) -> dict[str, object]:
     """``raw`` with each ``path.to.key=value`` of ``overrides`` applied, in order; ``raw`` itself
     is not changed. The first component names a section (or ``regimes``); a missing mapping on the
     way is created, a value on the way that is not a mapping is refused. A new ``name`` of the
@@ -55,7 +54,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: list[str],
     the section that the newly named plug-in does not have, each such change told to ``note`` in
     one line (stderr when ``note`` is None)."""
     note = note or _say
-    out: dict[str, Any] = _copy(raw)
+    out: dict[str, object] = {k: _copy(v) for k, v in raw.items()}  # _copy(raw), as a dict
     for item in overrides:
         key, sep, text = item.partition("=")
         parts = key.split(".")

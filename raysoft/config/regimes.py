@@ -4,7 +4,6 @@ optimiser, say), merged into a config's sections for that algorithm."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ..errors import ConfigError
 from ..plugins import settings_class
@@ -15,7 +14,7 @@ REGIME_SECTIONS = ("algorithm", "train", "model")
 COMPARE_DEFAULT = ("fedsoft", "ifca", "fedem", "fedavg", "local")  # raysoft compare's algorithms by default
 
 
-def apply_regime(raw: Mapping[str, Any]) -> dict[str, Any]:
+def apply_regime(raw: Mapping[str, object]) -> dict[str, object]:
     """``raw`` without its ``regimes`` key, and with the regime of its own algorithm merged into
     its sections. ``regimes`` maps an algorithm name to the ``algorithm``, ``train`` and ``model``
     keys that algorithm runs with (its own reference code's optimiser, say), so that one job file

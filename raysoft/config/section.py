@@ -10,7 +10,7 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -22,7 +22,7 @@ _YAML_WORDS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}
 """The words YAML 1.1 reads as booleans, for each boolean (``off`` -> False)."""
 
 
-def _literal_words(annotation: Any) -> set[str] | None:
+def _literal_words(annotation: object) -> set[str] | None:
     """The string values a field's ``Literal[...]`` (or ``Literal[...] | None``) allows; None when
     the field also takes a boolean, or is not such a literal."""
     if typing.get_origin(annotation) is Literal:
@@ -41,7 +41,7 @@ def _literal_words(annotation: Any) -> set[str] | None:
     return None
 
 
-def _takes_bool(annotation: Any) -> bool:
+def _takes_bool(annotation: object) -> bool:
     """The field's annotation admits a boolean (``bool``, ``bool | None``, ...)."""
     if annotation is bool:
         return True
@@ -50,7 +50,7 @@ def _takes_bool(annotation: Any) -> bool:
     return False
 
 
-def _as_meant(annotation: Any, value: Any) -> Any:
+def _as_meant(annotation: object, value: object) -> object:
     """``value`` as the field meant it where it is a YAML 1.1 boolean word (``off``; read as a
     word by :func:`~raysoft.config.load_yaml`) or a boolean (a mapping from code or an older
     reader): the word for a choice of words that has it, the boolean for a key that takes one."""
@@ -82,7 +82,7 @@ class Section(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _section_raw_keys(cls, raw: Any) -> Any:
+    def _section_raw_keys(cls, raw: object) -> object:
         if not isinstance(raw, Mapping):
             return raw
         fields = cls.model_fields
@@ -90,7 +90,7 @@ class Section(BaseModel):
             if key not in fields:
                 hint = nearest(key, sorted(fields)) if isinstance(key, str) else ""
                 raise ValueError(at(str(key), UNKNOWN_KEY + hint))
-        fixed: dict[Any, Any] | None = None
+        fixed: dict[object, object] | None = None
         for key, value in raw.items():
             if key in fields and isinstance(value, (bool, str)):
                 meant = _as_meant(fields[key].annotation, value)

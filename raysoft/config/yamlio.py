@@ -11,7 +11,6 @@ boolean takes the four words as well (:class:`raysoft.config.Section`: ``shuffle
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import yaml
 
@@ -35,6 +34,6 @@ BOOL_WORDS = {"on": True, "yes": True, "off": False, "no": False}
 """The words YAML 1.1 reads as booleans besides true and false (any case), and what they mean."""
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml(text: str) -> object:
     """``yaml.safe_load(text)`` with ``1e-3`` read as a float."""
     return yaml.load(text, Loader=ConfigLoader)

@@ -29,7 +29,8 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -37,6 +38,10 @@ import torch
 from ..catalog import LEAF_CHARS, HFData
 from ..errors import DataFileError, one_line
 from ..models import DataInfo
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from flwr_datasets.partitioner import Partitioner
 from ..rng import numpy_rng
 from .leaf import choose
 
@@ -54,7 +59,7 @@ def _datasets():
     return datasets
 
 
-def load_split(path: str, subset: str | None, split: str) -> Any:
+def load_split(path: str, subset: str | None, split: str) -> Dataset:
     """One split of a dataset (a ``datasets.Dataset``), from the hub, a saved folder or files."""
     datasets = _datasets()
     try:
@@ -74,7 +79,7 @@ def load_split(path: str, subset: str | None, split: str) -> Any:
             from None
 
 
-def make_partitioner(name: str, args: dict[str, Any], clients: int, seed: int, label: str) -> Any:
+def make_partitioner(name: str, args: Mapping[str, object], clients: int, seed: int, label: str) -> Partitioner:
     """``flwr_datasets.partitioner.<name>(**args)``, with the defaults the module's doc names."""
     try:
         from flwr_datasets import partitioner as fp
@@ -111,7 +116,7 @@ def _text_tokens(lines: np.ndarray, where: str) -> np.ndarray:
 class _Columns:
     """How the feature and label columns become tensors (fixed once from the whole split)."""
 
-    def __init__(self, ds: Any, cfg: HFData) -> None:
+    def __init__(self, ds: Dataset, cfg: HFData) -> None:
         missing = [c for c in (cfg.features, cfg.label) if c not in ds.column_names]
         if missing:
             raise DataFileError(f"hf: {cfg.path} has no column {missing[0]!r} (columns: {', '.join(ds.column_names)})")
@@ -162,7 +167,7 @@ class _Columns:
             raise DataFileError(f"hf: labels must be in 0..{self.classes - 1}, got {int(out.min())}..{int(out.max())}")
         return out
 
-    def tensors(self, ds: Any, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, ds: Dataset, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         batch = ds.select_columns([self.cfg.features, self.cfg.label]).with_format("numpy")[rows.tolist()]
         if len(rows) == 0:
             dtype = torch.int64 if self.text else torch.float32

@@ -46,9 +46,9 @@ __all__ = ["Layout", "Pool", "Scenario", "cluster_of", "label_maps", "partition"
 class Pool:
     """A labelled pool: inputs (uint8 images, or float arrays) and int64 labels of both splits."""
 
-    train_x: Any
+    train_x: np.ndarray | torch.Tensor
     train_y: np.ndarray
-    test_x: Any
+    test_x: np.ndarray | torch.Tensor
     test_y: np.ndarray
     num_classes: int
     scale: float  # inputs are divided by it (255 for uint8 images)
@@ -77,7 +77,8 @@ def power_law_sizes(total: int, n: int, power: float, low: int, rng: np.random.G
     return low + np.floor(w / w.sum() * (total - n * low)).astype(np.int64)
 
 
-def _flower_parts(cfg: ScenarioData, labels: np.ndarray, n: int, seed: int, sizes: np.ndarray | None) -> list[Any]:
+def _flower_parts(cfg: ScenarioData, labels: np.ndarray, n: int, seed: int,
+                  sizes: np.ndarray | None) -> list[np.ndarray]:
     """The positions (into ``labels``) of each of n clients, by Flower Datasets' partitioners."""
     from datasets import Dataset
     from flwr_datasets.partitioner import (
@@ -204,7 +205,7 @@ def transform(x: torch.Tensor, feature: str, value: float, generator: torch.Gene
 
 
 # --------------------------------------------------------------------------- the pools, cached per process
-_POOLS: dict[tuple[Any, ...], tuple[Pool, DataInfo]] = {}
+_POOLS: dict[tuple[object, ...], tuple[Pool, DataInfo]] = {}
 _LAYOUTS: dict[tuple[str, int], Layout] = {}
 _LOCK = threading.RLock()  # layout() holds it while loading the pool
 
@@ -235,7 +236,7 @@ def load_pool(cfg: ScenarioData, seed: int) -> tuple[Pool, DataInfo]:
         from .images import default_root
 
         root = default_root(cfg.base, cfg.root)
-        key: tuple[Any, ...] = (cfg.base, root)
+        key: tuple[object, ...] = (cfg.base, root)
     else:
         key = (cfg.base, repr(sorted(cfg.base_settings.items())), seed)
     with _LOCK:
@@ -295,7 +296,8 @@ class Scenario:
     def client_mixtures(self, num_clients: int, num_dists: int, rng: np.random.Generator) -> np.ndarray:
         return np.eye(num_dists)[cluster_of(num_clients, num_dists)]
 
-    def _samples(self, idx: np.ndarray, s: int, split: str, who: int, test: bool = False) -> tuple[Any, Any]:
+    def _samples(self, idx: np.ndarray, s: int, split: str, who: int,
+                 test: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         pool = self.pool()
         xs, ys = (pool.test_x, pool.test_y) if test else (pool.train_x, pool.train_y)
         x = torch.as_tensor(np.ascontiguousarray(xs[idx])).float() / pool.scale
@@ -305,7 +307,7 @@ class Scenario:
         x = transform(x, self.cfg.feature, self.shifts[s], gen, self.image)
         return x, torch.from_numpy(self.maps()[s][ys[idx]])
 
-    def client(self, k: int, n: int, shares: np.ndarray) -> tuple[Any, ...]:
+    def client(self, k: int, n: int, shares: np.ndarray) -> tuple[torch.Tensor | np.ndarray, ...]:
         lay = self.layout()
         s = int(lay.cluster[k])
         if n != len(lay.train[k]):

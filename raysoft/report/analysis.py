@@ -3,8 +3,7 @@ the best center's metric over rounds, a stream's upload-download cycles and its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -140,7 +139,7 @@ REGIME_KEYS = {  # algorithm keys that shape a method's local work, shown in its
 }
 
 
-def regime(run: RunData) -> dict[str, Any]:
+def regime(run: RunData) -> dict[str, object]:
     """The regime a run trained in (from its config.yaml): optimiser, learning rate, momentum,
     batch size, local epochs, and the algorithm keys of :data:`REGIME_KEYS` it has; empty if the
     run directory has no readable config."""
@@ -154,7 +153,7 @@ def regime(run: RunData) -> dict[str, Any]:
     return out
 
 
-def regime_text(r: dict[str, Any]) -> str:
+def regime_text(r: Mapping[str, object]) -> str:
     """:func:`regime` in one cell: ``sgd lr 0.05 (momentum 0.9), batch 32 x 1 epoch; λ 0.1, start local``."""
     if not r:
         return "–"

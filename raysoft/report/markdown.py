@@ -14,13 +14,13 @@ from .figures import FIGURE_FILES
 from .load import RunData
 
 
-def _fmt(metric: str, value: Any) -> str:
+def _fmt(metric: str, value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return f"{100 * value:.1f}%" if "accuracy" in metric else f"{value:.4g}" if abs(value) < 1e-2 else f"{value:.2f}"
 
 
-def _bytes(value: Any) -> str:
+def _bytes(value: object) -> str:
     if value is None:
         return "–"
     if not isinstance(value, (int, float)):
@@ -31,11 +31,11 @@ def _bytes(value: Any) -> str:
     return f"{value:.0f} B"
 
 
-def _kl(value: Any) -> str:
+def _kl(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def _share(value: Any) -> str:
+def _share(value: float | None) -> str:
     """An accuracy as the CCFL paper's Table 1 prints it (a fraction, three decimals)."""
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 

@@ -9,7 +9,7 @@ piece of the coordinator's own work run with one torch thread.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..algorithms import is_stream, make_algorithm
 from ..config import Config
@@ -19,6 +19,9 @@ from .recording import CoordinatorBase
 from .rounds import RoundCoordinator
 from .streams import StreamCoordinator
 from .threads import torch_threads
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class OneThread:
@@ -32,7 +35,7 @@ class OneThread:
         with torch_threads(1):
             return self.coord.advance(stop)
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         with torch_threads(1):
             tables, summary = self.coord.results()
         if self.coord.stopped_at is not None:  # a callback ended the run early

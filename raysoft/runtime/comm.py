@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ..errors import PluginFailure
 from ..tree import leaves
+
+if TYPE_CHECKING:
+    from ..results import Recorder
 
 
 def wire_bytes(obj: Any) -> int:
@@ -52,7 +55,7 @@ def wire_bytes(obj: Any) -> int:
     return _leaf_bytes(obj)
 
 
-def _leaf_bytes(leaf: Any) -> int:
+def _leaf_bytes(leaf: object) -> int:
     if isinstance(leaf, torch.Tensor):
         return leaf.numel() * leaf.element_size()
     if isinstance(leaf, (np.ndarray, np.generic)):
@@ -125,7 +128,7 @@ class Ledger:
         self.up[k] = self.up.get(k, 0) + int(n)
         self.down.setdefault(k, 0)
 
-    def write(self, recorder: Any, step: int) -> None:
+    def write(self, recorder: Recorder, step: int) -> None:
         """Rows of ``comm.parquet`` at ``step``, client by client: down, then up."""
         ids = sorted(self.down)
         cols = recorder.columns["comm"]  # extended column by column: Recorder.add's checks, once
@@ -136,7 +139,7 @@ class Ledger:
         cols["bytes"].extend(n for k in ids for n in (self.down[k], self.up[k]))
 
 
-def totals(recorder: Any, num_clients: int) -> dict[str, float]:
+def totals(recorder: Recorder, num_clients: int) -> dict[str, float]:
     """The summary's cumulative bytes, summed from the ``comm`` rows recorded so far (a resumed
     run's rows included): ``bytes_down`` and ``bytes_up`` over every client and step, and their
     mean per client of the federation (``/ num_clients``, clients never selected included)."""

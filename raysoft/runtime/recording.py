@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,13 @@ from ..evaluation import (
 from ..results import Recorder
 from ..unseen import UNSEEN_OP, held_out_clients, unseen_summary
 from .checkpoint import RECORD_TYPES, load_checkpoint, prove_loadable, save_checkpoint
+from .executor import Executor
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..data import Federation
+    from ..progress import Event
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +49,7 @@ class Served:
         self.metric = metric
         self.last: dict[int, dict[str, float]] = {}  # client -> metrics, at the last evaluation
         self.step: int | None = None  # the step of the last evaluation
-        self.history: list[dict[str, Any]] = []  # one entry per evaluation
+        self.history: list[dict[str, float | None]] = []  # one entry per evaluation
         self.skipped: str | None = None  # why no client was scored
 
     def record(self, coord: CoordinatorBase, results: dict[int, dict[str, float]], held_out: bool = False,
@@ -63,13 +70,13 @@ class Served:
             self.history.append({"step": step, "virtual_time": vt, "mean": float(values.mean()),
                                  "worse": worse_percentile(values, self.metric)})
 
-    def summary(self, target: float | None) -> dict[str, Any]:
+    def summary(self, target: float | None) -> dict[str, object]:
         """``personalised``: the last evaluation's distribution of every metric over the clients
         (:func:`~raysoft.evaluation.client_summary`), and ``time_to_target`` when a target is set."""
         if not self.last:
             return {"personalised": {"skipped": self.skipped or "no client has a test split"}}
         names = list(self.last[min(self.last)])
-        out: dict[str, Any] = {"personalised": {
+        out: dict[str, object] = {"personalised": {
             "metric": self.metric, "step": self.step, "clients": len(self.last),
             **{n: client_summary(np.array([m[n] for m in self.last.values() if n in m]), n) for n in names}}}
         if target is not None:
@@ -130,7 +137,7 @@ class CoordinatorBase:
     CHECKPOINTED: tuple[str, ...] = ()
     served: Served  # every client's served model, scored (set by the subclass's init_run)
 
-    def __init__(self, cfg: Config, executor: Any, run_id: str, run_dir: str | None = None) -> None:
+    def __init__(self, cfg: Config, executor: Executor, run_id: str, run_dir: str | None = None) -> None:
         self.cfg, self.executor = cfg, executor
         self.run_dir = Path(run_dir) if run_dir else None
         self.recorder = Recorder(run_id)
@@ -138,11 +145,11 @@ class CoordinatorBase:
         self.started = False  # the initial evaluation is done
         self.stopped_at: int | None = None  # the round at which a callback stopped the run
         self.rows_sent = 0  # metric rows already handed to the driver's callbacks
-        self.unsaid: list[dict[str, Any]] = []  # events not yet handed to the driver
+        self.unsaid: list[Event] = []  # events not yet handed to the driver
         self._work: dict[str, int] = {}  # samples per kind of work since the last report (raysoft bench's floors)
         self.held_out = held_out_clients(cfg.data, cfg.seed)  # kept out of training (data.held_out)
         self.training = [k for k in range(cfg.data.clients) if k not in set(self.held_out)]
-        self.unseen: dict[str, Any] | None = None  # the held-out clients' last cold start, summarised
+        self.unseen: dict[str, object] | None = None  # the held-out clients' last cold start, summarised
         for actor, where in enumerate(executor.placement):
             for k in where["clients"]:
                 self.recorder.add("placement", client=k, actor=actor, node_id=where["node_id"])
@@ -154,7 +161,7 @@ class CoordinatorBase:
         samples trained or passed forward) that the next progress report carries."""
         self._work[kind] = self._work.get(kind, 0) + int(samples)
 
-    def _executor_counters(self) -> dict[str, Any]:
+    def _executor_counters(self) -> dict[str, object]:
         """The client actors' loads since the last report (Ray's executor), else nothing."""
         counters = getattr(self.executor, "take_counters", None)
         return counters() if counters is not None else {}
@@ -167,7 +174,7 @@ class CoordinatorBase:
     def evaluate(self) -> dict[str, float]:
         raise NotImplementedError
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, object]:
         """One unit of work after the initial evaluation (a round, or a batch of uploads)."""
         raise NotImplementedError
 
@@ -179,7 +186,7 @@ class CoordinatorBase:
         """The current round (a stream's: the uploads applied so far)."""
         raise NotImplementedError
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         """(tables as columns, summary), for the writer."""
         raise NotImplementedError
 
@@ -194,7 +201,7 @@ class CoordinatorBase:
                           time_s=self.elapsed(), scope=scope, entity=entity, eval_dist=eval_dist, metric=metric,
                           value=float(value), virtual_time=vtime)
 
-    def record_labels(self, fed: Any) -> None:
+    def record_labels(self, fed: Federation) -> None:
         """labels.parquet: each client's label counts per split, where the dataset gives them
         (:meth:`raysoft.data.Federation.label_counts`); a zero count is not a row."""
         counts = fed.label_counts()
@@ -240,8 +247,8 @@ class CoordinatorBase:
         (``data.held_out_eval: every``) or at the final one (the run's ``total`` reached)."""
         return bool(self.held_out) and (self.cfg.data.held_out_eval == "every" or self.round >= total)
 
-    def score_unseen(self, algorithm: Any, payload: dict[str, Any], metric: str,
-                     call: Callable[..., dict[int, Any]] | None = None) -> None:
+    def score_unseen(self, algorithm: Any, payload: dict[str, object], metric: str,
+                     call: Callable[..., dict[int, object]] | None = None) -> None:
         """The held-out clients' cold starts: the algorithm's client op ``unseen`` with
         ``payload``, run where each client's data lives (``call``: the executor's), its metrics
         rows of client_metrics.parquet (held_out true) and summarised by ``metric``
@@ -266,7 +273,7 @@ class CoordinatorBase:
         self.served.record(self, metrics, held_out=True)  # rows as the training clients', no history
         self.unseen = {"clients": list(self.held_out), **unseen_summary(metrics, metric, self.round)}
 
-    def unseen_part(self) -> dict[str, Any]:
+    def unseen_part(self) -> dict[str, object]:
         """The summary's ``held_out`` (none when no client is held out)."""
         if not self.held_out:
             return {}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import torch
@@ -36,17 +36,22 @@ from ..tree import leaves
 from ..unseen import UNSEEN_OP
 from .clock import RoundClock
 from .comm import Ledger, download_bytes, totals, wire_bytes
-from .executor import finite
+from .executor import Executor, finite
 from .recording import Clusterings, CoordinatorBase, Served
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def nbytes(obj: Any) -> int:
+T = TypeVar("T")
+
+
+def nbytes(obj: object) -> int:
     """Bytes of the tensors and arrays in ``obj`` (nested dicts, lists, tuples, dataclass-like
     objects): what a payload or a result carries; scalars and small Python values count 0."""
     return sum(_leaf_bytes(leaf) for leaf in leaves(obj))
 
 
-def _leaf_bytes(leaf: Any) -> int:
+def _leaf_bytes(leaf: object) -> int:
     if isinstance(leaf, torch.Tensor):
         return leaf.numel() * leaf.element_size()
     if isinstance(leaf, np.ndarray):
@@ -60,7 +65,7 @@ class RoundCoordinator(CoordinatorBase):
     CHECKPOINTED = ("round", "started", "state", "center_scores", "local_means", "virtual_now", "unseen", "served",
                     "clusterings")
 
-    def __init__(self, cfg: Config, executor: Any, algorithm: Algorithm, run_id: str,
+    def __init__(self, cfg: Config, executor: Executor, algorithm: Algorithm, run_id: str,
                  run_dir: str | None = None) -> None:
         self._round = 0
         super().__init__(cfg, executor, run_id, run_dir)
@@ -99,7 +104,7 @@ class RoundCoordinator(CoordinatorBase):
         """One row of metrics.parquet, at the simulated time of the clock when there is one."""
         super().row(scope, entity, eval_dist, metric, value, step, self.virtual_now if vtime is None else vtime)
 
-    def _exec(self, fn: Callable[..., Any], *args: Any, sent: Any = None) -> Any:
+    def _exec(self, fn: Callable[..., T], *args: object, sent: object = None) -> T:
         """``fn(*args)`` on the executor, its time counted as waiting on the clients and the
         bytes of ``sent`` and of its answer as passing through the coordinator."""
         began = time.perf_counter()
@@ -178,7 +183,7 @@ class RoundCoordinator(CoordinatorBase):
         self.score_unseen(self.algorithm, sent, self.metric,
                           lambda *args: self._exec(self.executor.call, *args, sent=sent))
 
-    def _score_served(self, payload: dict[str, Any]) -> None:
+    def _score_served(self, payload: Mapping[str, object]) -> None:
         """Every client's personalised model (what the algorithm serves it) on its own test
         split: rows of ``client_metrics.parquet`` (held_out false), the history of the headline
         metric's distribution for the summary (:class:`~raysoft.runtime.recording.Served`)."""
@@ -189,7 +194,8 @@ class RoundCoordinator(CoordinatorBase):
         clients = list(self.training)  # the held-out clients' are their cold starts (data.held_out)
         self._count("served", int(self.fed.sizes[clients].sum()))  # test splits: as large as training sets
         results = self._exec(self.executor.call, SERVED_OP, clients, sent, self.round, sent=sent)
-        self.served.record(self, {k: results[k] for k in sorted(results) if results[k] is not None}, held_out=False)
+        scored = {k: cast(dict[str, float], results[k]) for k in sorted(results) if results[k] is not None}
+        self.served.record(self, scored, held_out=False)  # the served op's result: metric -> value
 
     def _score_clusterings(self, scores: np.ndarray) -> None:
         """The algorithm's clusterings against the clients' true clusters (the argmax of their
@@ -234,7 +240,7 @@ class RoundCoordinator(CoordinatorBase):
                        f"{deadline:g} s (clock.round_deadline_s)", client=k)
         return call if not late else dataclasses.replace(call, clients=list(on_time))
 
-    def _call(self, call: ClientCall, t: int) -> dict[int, Any]:
+    def _call(self, call: ClientCall, t: int) -> dict[int, object]:
         """A call's finite results (non-finite ones reported, and excluded or stopping the run)."""
         results = self._exec(self.executor.call, call.op, call.clients, call.payload, t, sent=call.payload)
         self._report_late(call.op)
@@ -267,7 +273,7 @@ class RoundCoordinator(CoordinatorBase):
                                                                      self.cfg.ray.tree_group)
         return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
 
-    def _check_call(self, call: Any, t: int) -> None:
+    def _check_call(self, call: object, t: int) -> None:
         """A call the algorithm's round yielded is a ClientCall of one of its client ops, else
         the run stops with one line naming the op and the ops there are."""
         name = self.cfg.algorithm.name
@@ -278,7 +284,7 @@ class RoundCoordinator(CoordinatorBase):
             raise PluginFailure(f"algorithm {name!r}: its round {t} asked the clients for op {call.op!r}, which is not "
                                 f"in its client_ops ({', '.join(sorted(ops))})")
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, object]:
         """Run one round; evaluate when it is due; checkpoint when due."""
         t = self.round
         began, self._waited, self._bytes, self._work = time.perf_counter(), 0.0, 0, {}
@@ -311,7 +317,7 @@ class RoundCoordinator(CoordinatorBase):
         self.round = t + 1
         if self.clock is not None:
             self.clock.end_round()
-        info: dict[str, Any] = {"round": self.round, "headline": None, "trained": outcome.trained}
+        info: dict[str, object] = {"round": self.round, "headline": None, "trained": outcome.trained}
         if self.round % self.cfg.algorithm.eval_every == 0 or self.round == self.cfg.algorithm.rounds:
             tick = time.perf_counter()
             info["headline"] = self.evaluate()
@@ -340,7 +346,7 @@ class RoundCoordinator(CoordinatorBase):
         return None if weights is None else weights(self.state)
 
     # ------------------------------------------------------------------ the end
-    def _record_assignments(self, predicted: np.ndarray) -> dict[str, Any]:
+    def _record_assignments(self, predicted: np.ndarray) -> dict[str, float]:
         """Write the final hard clustering; return its ARI against the clients' main distribution."""
         from sklearn.metrics import adjusted_rand_score
 
@@ -353,7 +359,7 @@ class RoundCoordinator(CoordinatorBase):
             self.recorder.add("assignments", client=k, predicted=int(predicted[i]), truth=int(truth[i]))
         return {"ari": float(adjusted_rand_score(truth, predicted)), "num_clusters": int(len(np.unique(predicted)))}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """The final figures of the run (call after the last evaluation)."""
         if self.center_scores is None:
             self.evaluate()
@@ -383,6 +389,6 @@ class RoundCoordinator(CoordinatorBase):
         out.update(self.served.summary(self.cfg.output.target))
         return out
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         summary = self.summary()
         return self.recorder.tables(), summary

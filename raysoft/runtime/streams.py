@@ -26,7 +26,7 @@ every evaluation; the means over all uploads are ``cli_bfr_all_uploads`` / ``cli
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -38,7 +38,11 @@ from ..metrics import headline_dists
 from ..models import build_model
 from ..rng import numpy_rng
 from .comm import totals as comm_totals
+from .executor import Executor
 from .recording import Clusterings, CoordinatorBase, Served
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class StreamCoordinator(CoordinatorBase):
@@ -52,7 +56,7 @@ class StreamCoordinator(CoordinatorBase):
                     "final_before", "final_after", "cluster_history", "finished", "served", "clusterings",
                     "latest_served", "vtime_now")
 
-    def __init__(self, cfg: Config, executor: Any, algorithm: StreamAlgorithm, run_id: str,
+    def __init__(self, cfg: Config, executor: Executor, algorithm: StreamAlgorithm, run_id: str,
                  run_dir: str | None = None) -> None:
         super().__init__(cfg, executor, run_id, run_dir)
         self.algorithm = algorithm
@@ -233,7 +237,7 @@ class StreamCoordinator(CoordinatorBase):
             scores = self.executor.call("stream_score", rest, {"replies": {m: self.replies[m] for m in rest}},
                                         self.uploads)
             for m in rest:
-                self._record_after(m, scores[m])
+                self._record_after(m, cast(dict[str, float], scores[m]))  # stream_score: metric -> value
 
     def _keys(self) -> np.ndarray:
         """Per client, the virtual time before which nothing of it can happen: its computed
@@ -259,7 +263,7 @@ class StreamCoordinator(CoordinatorBase):
         pass silently (upload_policy shift)."""
         return float(self.next_time[m] + sum(self._gap(m, int(self.ticks[m]) + j) for j in range(1, silent + 1)))
 
-    def step(self) -> dict[str, Any]:
+    def step(self) -> dict[str, object]:
         """One batch: train every client whose next upload is not computed (in parallel), then
         apply uploads in virtual-time order while the earliest is computed (an uncomputed
         client's next tick bounds its upload time from below)."""
@@ -271,14 +275,14 @@ class StreamCoordinator(CoordinatorBase):
         frontier = float(self._keys().min())
         need = [m for m in self.training if m not in self.computed and (m in self.replies or self.joins[m] <= frontier)]
         if need:
-            payload: dict[str, Any] = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
+            payload: dict[str, object] = {"replies": {m: self.replies[m] for m in need if m in self.replies}}
             if any(m not in self.replies for m in need):  # someone's first upload: the cold start comes down
                 payload.update(self.algorithm.cold_start(self.state, self.initial_models))
                 payload["t"] = self.uploads  # the engine's epoch stamps the newcomers' first uploads
             if hasattr(self.executor, "set_costs"):  # balanced steps (ray.balance: cost)
                 self.executor.set_costs(self._step_costs())
             tick = time.perf_counter()
-            done = self.executor.call("stream_step", need, payload, self.uploads)
+            done = cast(dict[int, dict[str, Any]], self.executor.call("stream_step", need, payload, self.uploads))
             waited = time.perf_counter() - tick
             for m in sorted(done):
                 done[m]["vtime"] = self._upload_time(m, done[m]["silent"])
@@ -306,12 +310,12 @@ class StreamCoordinator(CoordinatorBase):
         work, self._work = self._work, {}
         # the coordinator's own seconds (applying the uploads: the server steps, evaluations,
         # checkpoints) and the clients it waited for
-        info = {"round": self.uploads, "headline": head, "work": work, "trained": len(need),
+        info: dict[str, object] = {"round": self.uploads, "headline": head, "work": work, "trained": len(need),
                 "coordinator_busy_s": time.perf_counter() - began - waited, "coordinator_bytes": 0}
         info.update(self._executor_counters())
         return info
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def results(self) -> tuple[dict[str, pa.Table], dict[str, object]]:
         if self.center_scores is None and self.algorithm.has_server:
             self.evaluate()
         ids = sorted(self.last_u)
