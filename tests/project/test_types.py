@@ -9,8 +9,8 @@ of such an alias): an alias hides an ``Any``, it does not remove it. Aliases are
 name across the whole package, so a name that is an ``Any`` alias in one module counts wherever
 it is used; string annotations (``"dict[str, Any]"``) are parsed and read the same way.
 
-The ceiling is issue #54's "Any below 5% of the engine's annotations"; never raise it. Run this file (``python tests/project/test_types.py``) to
-print the share and the files with the most ``Any``.
+The ceiling is issue #54's "Any below 5% of the engine's annotations"; never raise it. Run
+this file (``python tests/project/test_types.py``) to print the share and the files with the most ``Any``.
 """
 
 from __future__ import annotations
