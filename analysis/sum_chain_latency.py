@@ -67,7 +67,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for shape in ("chain", "tree"):
                 ex.rc = cfg.ray.model_copy(update={"sum_shape": shape})
-                flags = ex.call_for_reduction("train", ids, {"model": model}, 0, None)
+                flags = ex.call_for_reduction("train", ids, {"model": model}, 0)
                 plan = WeightedMean(fed.sizes).plan({k: v[1] for k, v in flags.items()})
                 began = time.perf_counter()
                 ex.accumulate(plan)

@@ -30,6 +30,7 @@ from .algorithms.base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
+    Update,
     WeightedMean,
 )
 from .algorithms.common import (
@@ -72,7 +73,8 @@ __all__ = [
     "Sections",
     # synchronous algorithms: the protocols and the round's types
     "Algorithm", "Clustered", "Configured", "ClientCall", "ClientContext", "ClientOp", "ServerContext",
-    "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced", "OptionalHooks",
+    "RoundGenerator", "RoundResult", "EvalResult", "WeightedMean", "Reduction", "Plan", "Reduced", "Update",
+    "OptionalHooks",
     # asynchronous streams
     "StreamAlgorithm", "StreamClient", "ValSets", "client_update", "nbytes", "pretrain", "StreamSource",
     "DriftingDataset",

@@ -264,7 +264,7 @@ def test_the_chain_adds_in_client_id_order_like_weighted_sum():
     first.kept = {k: updates[k] for k in (0, 1, 2)}
     second.kept = {k: updates[k] for k in (3, 4)}
     first.device = second.device = torch.device("cpu")  # where each host adds (its GPU, on one)
-    plan = WeightedMean(sizes).plan({k: None for k in coef})
+    plan = WeightedMean(sizes).plan({k: {} for k in coef})
     acc = first.add_terms({k: v for k, v in plan.terms.items() if k < 3}, plan.start)
     got = second.add_terms({k: v for k, v in plan.terms.items() if k >= 3}, acc)
     assert torch.equal(got, want)

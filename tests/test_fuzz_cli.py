@@ -65,7 +65,7 @@ PLUGIN_PARTS = {
     "init_client": "    def init_client(self, ctx):\n        return None\n",
     "round": ("    def round(self, ctx, state, t):\n"
               "        yield ClientCall(OP, list(range(ctx.num_clients)), {})\n"
-              "        return state, {}\n"),
+              "        return RoundResult(state)\n"),
     "centers": "    def centers(self, state):\n        return state[None, :]\n",
     "weights": "    def weights(self, state):\n        return None\n",
     "eval_payload": "    def eval_payload(self, state):\n        return {}\n",
@@ -83,7 +83,7 @@ def plugin_text(shape: dict) -> str:
     ops = (repr(shape["ops"]) if isinstance(shape["ops"], str)
            else "{" + ", ".join(f"{op!r}: _op" for op in sorted(shape["ops"])) + "}")
     body = "".join(PLUGIN_PARTS[p] for p in sorted(shape["parts"]))
-    return ("from raysoft.sdk import AlgorithmConfig, ClientCall, DataConfig, get_flat\n\n"
+    return ("from raysoft.sdk import AlgorithmConfig, ClientCall, DataConfig, RoundResult, get_flat\n\n"
             f"OP = {shape['call']!r}\n\n\ndef _op(ctx, state, payload, t):\n    return state, {{}}\n\n\n"
             f"class FuzzConfig({shape['settings_base']}):\n    pass\n\n\nclass Fuzz:\n"
             f"    client_ops = {ops}\n{body}    def __init__(self, settings):\n        self.settings = settings\n")

@@ -1,8 +1,8 @@
 """The typed plug-in contract of raysoft.sdk: an algorithm with neither ``centers`` nor
-``weights`` runs (no center rows, no weight records), ``round`` returns a ``RoundResult`` (or
-the earlier ``(state, dict)`` pair), ``evaluate`` an ``EvalResult`` whose ``extra`` reaches
-``absorb_eval`` (or the earlier dict whose ``_`` keys are not metrics), a round that returns
-anything else stops the run in one line, and the sdk exports the protocols."""
+``weights`` runs (no center rows, no weight records), ``round`` returns a ``RoundResult``,
+``evaluate`` an ``EvalResult`` whose ``extra`` reaches ``absorb_eval``; the earlier forms (a
+round's ``(state, dict)`` pair, an evaluate dict's ``_`` keys) and anything else stop the run in
+one line that says what to write instead, and the sdk exports the protocols."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from raysoft.errors import PluginFailure
 from raysoft.plugins import clear_cache
 
 # FedAvg without centers or weights: every client's model is scored on its own data only.
-# FORM picks how round and evaluate answer: "typed" (RoundResult, EvalResult) or "legacy".
+# FORM picks how round and evaluate answer: "typed" (RoundResult, EvalResult), "legacy" (the
+# earlier (state, dict) pair of a round) or "bad" (a round returns its state alone).
 MINIMAL = '''
 import torch
 
@@ -38,9 +39,7 @@ def _train(ctx, opt, payload, t):
 
 def _evaluate(ctx, opt, payload, t):
     metrics = evaluate_vector(ctx, payload["model"])
-    if FORM == "typed":
-        return opt, EvalResult(metrics, extra=10 * ctx.client)
-    return opt, {{**metrics, "_seen": 10 * ctx.client}}
+    return opt, EvalResult(metrics, extra=10 * ctx.client)
 
 
 class Minimal(Configured[MinimalConfig]):
@@ -66,11 +65,8 @@ class Minimal(Configured[MinimalConfig]):
         return new  # neither form: the run stops
 
     def absorb_eval(self, state, results):
-        if FORM == "typed":
-            assert all(isinstance(r, EvalResult) for r in results.values())
-            seen = {{k: r.extra for k, r in results.items()}}
-        else:
-            seen = {{k: r["_seen"] for k, r in results.items()}}
+        assert all(isinstance(r, EvalResult) for r in results.values())
+        seen = {{k: r.extra for k, r in results.items()}}
         assert seen == {{k: 10 * k for k in results}}
         return {{**state, "seen": seen}}
 
@@ -89,10 +85,9 @@ def plugdir(tmp_path, monkeypatch):
     clear_cache()
 
 
-@pytest.mark.parametrize("form", ["typed", "legacy"])
-def test_an_algorithm_without_centers_or_weights_runs(plugdir, tmp_path, form):
-    module = f"minimal_{form}"
-    (plugdir / f"{module}.py").write_text(MINIMAL.format(form=form))
+def test_an_algorithm_without_centers_or_weights_runs(plugdir, tmp_path):
+    module = "minimal_typed"
+    (plugdir / f"{module}.py").write_text(MINIMAL.format(form="typed"))
     run = raysoft.run(small_config(algorithm={"name": f"{module}:Minimal", "rounds": 3, "eval_every": 1}),
                       out=tmp_path / "out")
     metrics = pd.read_parquet(run.run_dir / "metrics.parquet")
@@ -106,24 +101,26 @@ def test_an_algorithm_without_centers_or_weights_runs(plugdir, tmp_path, form):
     assert summary["local_mean"]["mse"] > 0 and "distributions" not in summary and "weight_mae" not in summary
 
 
-def test_a_round_returning_neither_form_is_one_line(plugdir, tmp_path):
-    (plugdir / "minimal_bad.py").write_text(MINIMAL.format(form="bad"))
+@pytest.mark.parametrize("form, what", [("bad", "dict"), ("legacy", "a tuple of 2")])
+def test_a_round_returning_anything_but_a_round_result_is_one_line(plugdir, tmp_path, form, what):
+    (plugdir / f"minimal_{form}.py").write_text(MINIMAL.format(form=form))
     with pytest.raises(PluginFailure) as err:
-        raysoft.run(small_config(algorithm={"name": "minimal_bad:Minimal"}), out=tmp_path / "out")
-    assert str(err.value) == ("algorithm 'minimal_bad:Minimal': its round 0 returned dict, not a RoundResult(state, "
-                              "diagnostics, weights_updated) or a (state, diagnostics dict) pair")
+        raysoft.run(small_config(algorithm={"name": f"minimal_{form}:Minimal"}), out=tmp_path / "out")
+    assert str(err.value) == (f"algorithm 'minimal_{form}:Minimal': its round 0 returned {what}, not a RoundResult: "
+                              "return RoundResult(state, diagnostics, weights_updated, trained)")
 
 
-def test_the_earlier_round_and_evaluate_forms_are_read_as_the_typed_ones():
-    old = as_round_result(("s", {"trained": 3, "weights_updated": True, "diagnostics": {"x": 1.0}, "other": 2}))
-    assert old == RoundResult("s", {"x": 1.0}, weights_updated=True, trained=3)
-    assert as_round_result(("s", {})) == RoundResult("s")
+def test_the_earlier_round_and_evaluate_forms_are_one_line_errors_saying_what_to_write():
     typed = RoundResult("s", trained=1)
     assert as_round_result(typed) is typed
-    with pytest.raises(TypeError, match="returned a tuple of 3, not a RoundResult"):
-        as_round_result(("s", {}, 1))
-    assert eval_metrics({"mse": 1.0, "_center": 2}) == {"mse": 1.0}
+    with pytest.raises(TypeError, match=r"returned a tuple of 2, not a RoundResult: return RoundResult\(state, "):
+        as_round_result(("s", {"trained": 3, "weights_updated": True}))
+    assert eval_metrics({"mse": 1.0}) == {"mse": 1.0}
     assert eval_metrics(EvalResult({"mse": 1.0, "_kept": 2.0}, extra=2)) == {"mse": 1.0, "_kept": 2.0}
+    with pytest.raises(TypeError) as err:
+        eval_metrics({"mse": 1.0, "_center": 2, "_seen": 3})
+    assert str(err.value) == ("its evaluate op returned a dict with keys starting with '_' (_center, _seen): "
+                              "put extras in EvalResult(metrics, extra)")
     with pytest.raises(TypeError, match="not an EvalResult or a dict of metrics"):
         eval_metrics(3.0)
 

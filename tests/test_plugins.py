@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import Field
 
-from raysoft.sdk import (AlgorithmConfig, ClientCall, Configured, WeightedMean, evaluate_vector, get_flat,
+from raysoft.sdk import (AlgorithmConfig, ClientCall, Configured, RoundResult, WeightedMean, evaluate_vector, get_flat,
                          numpy_rng, scratch_optimizer, train_from, uniform_selection)
 
 
@@ -71,10 +71,11 @@ class ServerLR(Configured[ServerLRConfig]):
         res = yield ClientCall("train", chosen, {"model": state.model, "fail_client": s.fail_client},
                                reduce=WeightedMean(ctx.sizes))
         if not res.clients:
-            return state, {"trained": 0}
+            return RoundResult(state, trained=0)
         if s.server_lr == 1.0:
-            return ServerLRState(res.value), {"trained": len(res.clients)}
-        return ServerLRState(state.model + s.server_lr * (res.value - state.model)), {"trained": len(res.clients)}
+            return RoundResult(ServerLRState(res.value), trained=len(res.clients))
+        return RoundResult(ServerLRState(state.model + s.server_lr * (res.value - state.model)),
+                           trained=len(res.clients))
 
     def centers(self, state):
         return state.model[None, :]

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Algorithm": "base", "ClientCall": "base", "ClientContext": "base", "Clustered": "base", "EvalResult": "base",
     "Plan": "base", "Reduced": "base", "Reduction": "base", "RoundResult": "base", "ServerContext": "base",
-    "WeightedMean": "base",
+    "Update": "base", "WeightedMean": "base",
     "StreamAlgorithm": "stream", "StreamConfig": "settings",
 }
 
@@ -64,5 +64,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Algorithm", "ClientCall", "ClientContext", "Clustered", "EvalResult", "Plan", "Reduced", "Reduction",
-           "RoundResult", "ServerContext", "StreamAlgorithm", "StreamConfig", "WeightedMean", "is_stream",
+           "RoundResult", "ServerContext", "StreamAlgorithm", "StreamConfig", "Update", "WeightedMean", "is_stream",
            "make_algorithm"]

@@ -12,24 +12,26 @@ protocol (the type the engine takes):
   returns a :class:`RoundResult` (the new state, the round's diagnostics, whether the weights
   changed). The backend decides where and how the calls run; the algorithm never knows about
   Ray. A call with ``reduce`` (a :class:`Reduction`) receives a :class:`Reduced` instead: a
-  weighted sum of the finite results planned from their small parts, which a backend may
-  accumulate where the clients run (``ray.reduce_in_actors``), one tensor per actor;
+  weighted sum of the finite results planned from their named extras, which a backend may
+  accumulate where the clients run (``ray.reduce_in_actors``), one tensor per actor; a client
+  op under such a call returns a tensor (summed whole) or an :class:`Update` (the tensor
+  summed and named extras);
 * ``client_ops``: the client half, ``op(ctx, client_state, payload, t) -> (client_state, result)``;
   ``readonly_ops`` name the ops that leave the client state as it was (default: ``evaluate``) and
   ``stateless_ops`` those that do not read it (they get ``None``), so a host that keeps states
   on disk (``ray.client_state: disk``) neither writes back nor loads them;
 * ``eval_payload(state)``: what the client op ``evaluate`` receives. Its result is an
   :class:`EvalResult` (metrics, and an ``extra`` for ``absorb_eval(state, results)`` when the
-  algorithm defines it: IFCA's chosen center) or a plain dict of metrics;
+  algorithm defines it: IFCA's chosen center) or a plain dict of metrics (no key starting
+  with ``_``: extras go in an EvalResult);
 * optional, for algorithms with models to score on the holdout sets (:class:`Clustered`):
   ``centers(state)`` (the models evaluated on the holdout sets) and ``weights(state)`` (each
   client's importance / mixture weights over the centers, or ``None``). An algorithm without
   them has no center rows and no weight records.
 
-The earlier forms still work: ``round`` may return ``(new_state, diagnostics_dict)`` (whose
-``weights_updated: True`` records the weights, ``diagnostics`` holds the per-round figures and
-``trained`` the clients trained), and an ``evaluate`` dict's keys starting with ``_`` are not
-metrics (``absorb_eval`` still gets them); :func:`as_round_result` reads the old form.
+The earlier forms (a round's ``(new_state, diagnostics_dict)``, an ``evaluate`` dict's
+``_``-prefixed extras, a reduced call's positional result tuple) are errors of one line that
+say what to write instead (CHANGELOG.md).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from torch import nn
 
 from ..config import AlgorithmConfig, Config
 from ..data import ClientData
+from ..errors import PluginFailure
 from ..models import DataInfo, build_model
 from ..params import Term, add_terms
 from ..rng import torch_generator
@@ -52,12 +55,32 @@ from ..rng import torch_generator
 T = TypeVar("T")
 
 
-def split_result(result: Any, part: int | None) -> tuple[torch.Tensor, Any]:
-    """(the summed part, the rest) of one client's result: element ``part`` of a result tuple
-    and the tuple with it set to None, or the whole result and None."""
-    if part is None:
-        return result, None
-    return result[part], tuple(None if i == part else r for i, r in enumerate(result))
+@dataclass(frozen=True)
+class Update:
+    """What a client op returns to a call with ``reduce`` when the server needs more than the
+    sum: ``summed``, the tensor the reduction adds up, and ``extras``, named values (small: a
+    chosen center, a distance, mixture weights) that reach the reduction's :meth:`Reduction.plan`
+    and the round (:attr:`Reduced.extras`) by name. A plain tensor is an Update without extras."""
+
+    summed: torch.Tensor
+    extras: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extras", dict(self.extras))  # a dict: walked (sent, counted) as one
+
+
+def split_result(result: object, op: str) -> tuple[torch.Tensor, dict[str, object]]:
+    """(the summed tensor, the named extras) of one client's result to a reduced call of client
+    op ``op``: an :class:`Update`'s, or a tensor and no extras. Anything else (a positional
+    tuple, the earlier form) is a :class:`~raysoft.errors.PluginFailure` of one line saying
+    what to return instead."""
+    if isinstance(result, Update):
+        return result.summed, dict(result.extras)
+    if isinstance(result, torch.Tensor):
+        return result, {}
+    what = "a tuple" if isinstance(result, tuple) else type(result).__name__
+    raise PluginFailure(f"client op {op!r} returned {what} to a reduced call: return "
+                        "raysoft.sdk.Update(summed=..., extras={...}) (or a tensor)")
 
 
 @dataclass
@@ -227,15 +250,14 @@ def planned_sum(plan: Plan, parts: Mapping[int, torch.Tensor]) -> torch.Tensor:
 
 class Reduction:
     """A sum of the clients' results that a backend may run where the clients are (in client-id
-    order, so the same number wherever it runs). ``part``: the element of a result tuple that is
-    summed (None: the whole result); the rest of each result (with that element None) comes
-    back per client, and :meth:`plan` turns it into the sum's coefficients."""
+    order, so the same number wherever it runs): each result's ``summed`` tensor (an
+    :class:`Update`'s, or the result itself), with the coefficients that :meth:`plan` makes
+    from every client's named extras."""
 
-    part: int | None = None
-
-    def plan(self, rest: dict[int, Any]) -> Plan:
-        """The sum over the clients in ``rest`` (those whose result is finite). Its ``start`` is
-        a new tensor (the sum is added into it), never one of the reduction's own."""
+    def plan(self, extras: Mapping[int, Mapping[str, object]]) -> Plan:
+        """The sum over the clients in ``extras`` (those whose result is finite; each one's named
+        extras, empty for a plain tensor). Its ``start`` is a new tensor (the sum is added into
+        it), never one of the reduction's own."""
         raise NotImplementedError
 
 
@@ -250,19 +272,19 @@ class WeightedMean(Reduction):
         total = float(sum(self.sizes[k] for k in ids))
         return {k: float(self.sizes[k] / total) for k in sorted(ids)}
 
-    def plan(self, rest: dict[int, Any]) -> Plan:
-        return Plan(None, {k: (None, c) for k, c in self.coefficients(list(rest)).items()})
+    def plan(self, extras: Mapping[int, Mapping[str, object]]) -> Plan:
+        return Plan(None, {k: (None, c) for k, c in self.coefficients(list(extras)).items()})
 
 
 @dataclass
 class Reduced:
     """What a call with ``reduce`` returns: the sum (None when no result was finite and the
-    plan has no start), the clients whose results are in it (ascending), and the rest of each
-    of their results."""
+    plan has no start), the clients whose results are in it (ascending), and each of their
+    results' named extras (:attr:`Update.extras`; empty for a plain tensor)."""
 
     value: torch.Tensor | None
     clients: list[int]
-    rest: dict[int, Any]
+    extras: Mapping[int, Mapping[str, object]]
 
 
 @dataclass(frozen=True)
@@ -397,20 +419,14 @@ class RoundResult:
     trained: int | None = None
 
 
-def as_round_result(value: Any) -> RoundResult:
-    """A round's return value as a :class:`RoundResult`: itself, or the earlier form
-    ``(state, {"trained": n, "weights_updated": bool, "diagnostics": {name: value}, ...})``
-    (other keys are ignored). Anything else is a ``TypeError`` saying what was returned."""
+def as_round_result(value: object) -> RoundResult:
+    """A round's return value, which must be a :class:`RoundResult`; anything else (the earlier
+    ``(state, dict)`` pair among them) is a ``TypeError`` of one line saying what to return."""
     if isinstance(value, RoundResult):
         return value
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], Mapping):
-        state, diag = value
-        trained = diag.get("trained")
-        return RoundResult(state, dict(diag.get("diagnostics") or {}), bool(diag.get("weights_updated")),
-                           None if trained is None else int(trained))
     what = f"a tuple of {len(value)}" if isinstance(value, tuple) else type(value).__name__
-    raise TypeError(f"returned {what}, not a RoundResult(state, diagnostics, weights_updated) or a "
-                    "(state, diagnostics dict) pair")
+    raise TypeError(f"returned {what}, not a RoundResult: return RoundResult(state, diagnostics, "
+                    "weights_updated, trained)")
 
 
 @dataclass(frozen=True)
@@ -424,18 +440,23 @@ class EvalResult:
     extra: Any = None
 
 
-def eval_metrics(result: Any) -> dict[str, float]:
-    """The metrics of one client's ``evaluate`` result: an :class:`EvalResult`'s ``metrics``,
-    or a plain dict's keys that do not start with ``_`` (the earlier form of extras)."""
+def eval_metrics(result: object) -> dict[str, float]:
+    """The metrics of one client's ``evaluate`` result: an :class:`EvalResult`'s ``metrics``, or
+    a plain dict of metrics. A dict with a key starting with ``_`` (the earlier form of extras)
+    is a ``TypeError`` of one line saying to put the extras in an EvalResult."""
     if isinstance(result, EvalResult):
         return dict(result.metrics)
     if isinstance(result, Mapping):
-        return {k: v for k, v in result.items() if not str(k).startswith("_")}
+        extras = sorted(str(k) for k in result if str(k).startswith("_"))
+        if extras:
+            raise TypeError(f"its evaluate op returned a dict with keys starting with '_' ({', '.join(extras)}): "
+                            "put extras in EvalResult(metrics, extra)")
+        return dict(result)
     raise TypeError(f"its evaluate op returned {type(result).__name__}, not an EvalResult or a dict of metrics")
 
 
 # a round yields calls and is sent each call's results: {client: result}, or a Reduced for a call with ``reduce``
-RoundGenerator = Generator[ClientCall, Any, RoundResult | tuple[Any, dict[str, Any]]]
+RoundGenerator = Generator[ClientCall, Any, RoundResult]
 # a client op: op(ctx, client_state, payload, t) -> (client_state, result)
 ClientOp = Callable[[ClientContext, Any, dict[str, Any], int], tuple[Any, Any]]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from .base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
+    Update,
     planned_sum,
 )
 from .common import scratch_optimizer, select_uniform, train_from
@@ -79,22 +80,21 @@ def fit_mixture(losses: torch.Tensor, max_iters: int = 500, tol: float = 1e-8) -
 class LearnerAverage(Reduction):
     """theta = sum_{t in S} (n_t/n) theta^(t) + (1 - sum_{t in S} n_t/n) theta^old over the
     clients S whose update is finite, n the total over all clients (the reference code: the
-    clients not sampled contribute the old learners). Sums element 0 (the learners) of a
-    client's (learners, pi) result; every learner at once."""
+    clients not sampled contribute the old learners). Sums the learners of a client's
+    ``Update(learners, {"pi": pi})`` result; every learner at once."""
 
     sizes: np.ndarray
     old: torch.Tensor
-    part: int | None = 0
 
-    def plan(self, rest: dict[int, Any]) -> Plan:
+    def plan(self, extras: Mapping[int, Mapping[str, object]]) -> Plan:
         n = float(np.sum(self.sizes))
-        share = {k: float(self.sizes[k]) / n for k in sorted(rest)}
+        share = {k: float(self.sizes[k]) / n for k in sorted(extras)}
         return Plan(self.old * (1.0 - sum(share.values())), {k: (None, p) for k, p in share.items()})
 
 
 def aggregate_learners(old: torch.Tensor, updates: dict[int, torch.Tensor], sizes: np.ndarray) -> torch.Tensor:
     """theta_m = sum_{t in S} (n_t/n) theta_m^(t) + (1 - sum_{t in S} n_t/n) theta_m^old."""
-    return planned_sum(LearnerAverage(sizes, old).plan(dict.fromkeys(updates)), updates)
+    return planned_sum(LearnerAverage(sizes, old).plan({k: {} for k in updates}), updates)
 
 
 @torch.no_grad()
@@ -162,7 +162,7 @@ def fedem_train(a: FedEMConfig, ctx: ClientContext, cs: FedEMClient, payload: Ma
         opt.lr = lr
         new.append(train_from(ctx, opt, learners[m], t, tag=f"shuffle-learner-{m}", sample_weights=q[m]))
     cs.rounds += 1
-    return cs, (torch.stack(new), cs.pi.clone())
+    return cs, Update(torch.stack(new), {"pi": cs.pi.clone()})
 
 
 def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, torch.Tensor], t: int):
@@ -214,8 +214,8 @@ class FedEM(Configured[FedEMConfig]):
                                reduce=LearnerAverage(ctx.pool_sizes, state.learners))  # n: the training clients
         pi = state.pi.copy()
         learners = res.value
-        for k, (_, p) in res.rest.items():
-            pi[k] = to_numpy(p)
+        for k, e in res.extras.items():
+            pi[k] = to_numpy(cast(torch.Tensor, e["pi"]))
         return RoundResult(FedEMState(learners, pi), weights_updated=True, trained=len(selected))
 
     def centers(self, state: FedEMState) -> torch.Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from .base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
+    Update,
     planned_sum,
 )
 from .common import batched_local_train, own_data_metrics, served_metrics
@@ -105,24 +106,24 @@ class CenterSums(Reduction):
     uniform average of the finite models of Sel_s, and a cluster with none keeps ``old[s]``;
     without (full participation), c_s = sum_k v_sk w_k over the finite models (the old centers
     if there is none). A client selected by several clusters adds its model to each of their
-    rows. Sums element 0 (w_k) of a client's (w_k, distance to its mixture) result."""
+    rows. Sums a client's ``Update(w_k, {"dist": its distance to its mixture})``'s w_k."""
 
     old: torch.Tensor
     selected: tuple[np.ndarray, ...] | None = None
     v: np.ndarray | None = None
-    part: int | None = 0
 
-    def plan(self, rest: Mapping[int, object]) -> Plan:
+    def plan(self, extras: Mapping[int, Mapping[str, object]]) -> Plan:
         if self.selected is None:
             assert self.v is not None
-            if not rest:
+            if not extras:
                 return Plan(self.old.clone(), {})
             rows = range(self.v.shape[0])
-            return Plan(torch.zeros_like(self.old), {k: [(s, float(self.v[s, k])) for s in rows] for k in sorted(rest)})
+            return Plan(torch.zeros_like(self.old),
+                        {k: [(s, float(self.v[s, k])) for s in rows] for k in sorted(extras)})
         start = torch.zeros_like(self.old)
         terms: dict[int, list[tuple[int | None, float]]] = {}
         for s, sel in enumerate(self.selected):
-            members = [int(k) for k in sel if int(k) in rest]  # excluded updates are absent
+            members = [int(k) for k in sel if int(k) in extras]  # excluded updates are absent
             if not members:
                 start[s] = self.old[s]
             for k in members:
@@ -132,12 +133,12 @@ class CenterSums(Reduction):
 
 def aggregate_selected(selected: list[np.ndarray], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """c_s = (1/|Sel_s|) sum_{k in Sel_s} w_k; a cluster that selected nobody keeps its center."""
-    return planned_sum(CenterSums(old, tuple(selected)).plan(dict.fromkeys(models)), models)
+    return planned_sum(CenterSums(old, tuple(selected)).plan({k: {} for k in models}), models)
 
 
 def aggregate_full(v: np.ndarray, models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Full participation: c_s = sum_k v_sk w_k (``old`` if there is no model)."""
-    return planned_sum(CenterSums(old, None, v).plan(dict.fromkeys(models)), models)
+    return planned_sum(CenterSums(old, None, v).plan({k: {} for k in models}), models)
 
 
 # ----------------------------------------------------------------------------- state
@@ -174,7 +175,7 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
         rng=numpy_rng(ctx.cfg.seed, "shuffle", ctx.client, t),
     )
     w = get_flat(cs.model)
-    return cs, (w, distance_to_mixture(w, u, centers))
+    return cs, Update(w, {"dist": distance_to_mixture(w, u, centers)})
 
 
 def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient], payload: dict[str, Any], t: int):
@@ -186,7 +187,7 @@ def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient],
             set_flat(cs.model, row)
     rows = batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states],
                                pull_scale=lam * u.sum(dim=1), pull_target=lam * (u @ centers), t=t)
-    return states, [(w, distance_to_mixture(w, uk, centers)) for w, uk in zip(rows, u)]
+    return states, [Update(w, {"dist": distance_to_mixture(w, uk, centers)}) for w, uk in zip(rows, u)]
 
 
 def client_evaluate(ctx: ClientContext, cs: FedSoftClient, payload: Mapping[str, object], t: int):
@@ -254,7 +255,7 @@ class FedSoft(Configured[FedSoftConfig]):
             else CenterSums(state.centers, None, v)
         )
         res = yield ClientCall("train", trainers, payload, reduce=sums, each=("u",))  # a client reads its own u_k
-        dists = [res.rest[k][1] for k in res.clients]
+        dists = [cast(float, res.extras[k]["dist"]) for k in res.clients]
         coupling = float(np.mean(dists)) if dists else float("nan")
         return RoundResult(FedSoftState(centers=res.value, u=u), {"coupling": coupling}, weights_updated=estimated,
                            trained=len(trainers))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from .base import (
     RoundGenerator,
     RoundResult,
     ServerContext,
+    Update,
     planned_sum,
 )
 from .common import evaluate_vector, mean_losses, scratch_optimizer, select_uniform, served_vector_metrics, train_from
@@ -72,20 +73,19 @@ GRADIENT_OPTIONS = ("gradient", "fpfc_code")  # the options whose clients return
 
 @dataclass(frozen=True)
 class CenterUpdate(Reduction):
-    """The new centers from the (chosen center j, update) results of the clients whose update
-    is finite. Option II (``model``): theta_j = plain average of the models of the clients that
-    chose j; option I (``gradient``): theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m the
-    number of those clients. Empty clusters keep their center. ``fpfc_code``: theta_j <-
-    (n_j / m) theta_j - (lr / m) sum_{i: s_i = j} g_i, n_j the clients that chose j (an empty
-    cluster's center becomes zero)."""
+    """The new centers from the ``Update(update, {"center": j})`` results (j the chosen center)
+    of the clients whose update is finite. Option II (``model``): theta_j = plain average of
+    the models of the clients that chose j; option I (``gradient``): theta_j <- theta_j -
+    (lr / m) sum_{i: s_i = j} g_i, m the number of those clients. Empty clusters keep their
+    center. ``fpfc_code``: theta_j <- (n_j / m) theta_j - (lr / m) sum_{i: s_i = j} g_i, n_j
+    the clients that chose j (an empty cluster's center becomes zero)."""
 
     old: torch.Tensor
     option: str = "model"
     lr: float = 0.0
-    part: int | None = 1
 
-    def plan(self, rest: Mapping[int, tuple[int, None]]) -> Plan:
-        chosen = {k: int(r[0]) for k, r in sorted(rest.items())}
+    def plan(self, extras: Mapping[int, Mapping[str, object]]) -> Plan:
+        chosen = {k: int(cast(int, e["center"])) for k, e in sorted(extras.items())}
         start = self.old.clone()
         if self.option == "fpfc_code" and chosen:
             counts = np.bincount(list(chosen.values()), minlength=start.shape[0])
@@ -104,12 +104,13 @@ class CenterUpdate(Reduction):
 def average_members(assignments: dict[int, int], models: dict[int, Params], old: torch.Tensor) -> torch.Tensor:
     """Option II: theta_j = plain average of the models of the clients that chose j; empty
     clusters keep their center."""
-    return planned_sum(CenterUpdate(old).plan({k: (j, None) for k, j in assignments.items() if k in models}), models)
+    chosen: dict[int, Mapping[str, object]] = {k: {"center": j} for k, j in assignments.items() if k in models}
+    return planned_sum(CenterUpdate(old).plan(chosen), models)
 
 
 def gradient_step(assignments: dict[int, int], grads: dict[int, Params], old: torch.Tensor, lr: float) -> torch.Tensor:
     """Option I: theta_j <- theta_j - (lr / m) sum_{i: s_i = j} g_i, m = number of selected clients."""
-    return planned_sum(CenterUpdate(old, "gradient", lr).plan({k: (assignments[k], None) for k in grads}), grads)
+    return planned_sum(CenterUpdate(old, "gradient", lr).plan({k: {"center": assignments[k]} for k in grads}), grads)
 
 
 def one_hot(assignment: np.ndarray, k: int) -> np.ndarray:
@@ -131,8 +132,8 @@ def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t:
     j = _choose(ctx, payload)
     if payload["option"] in GRADIENT_OPTIONS:
         set_flat(ctx.scratch, centers[j])
-        return opt, (j, full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task))
-    return opt, (j, train_from(ctx, opt, centers[j], t))
+        return opt, Update(full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task), {"center": j})
+    return opt, Update(train_from(ctx, opt, centers[j], t), {"center": j})
 
 
 def _ifca_assign(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
@@ -202,7 +203,7 @@ class IFCA(Configured[IFCAConfig]):
         res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option,
                                                    "assignment": a.assignment},
                                reduce=CenterUpdate(state.centers, a.option, ctx.cfg.train.lr))
-        assignments = {k: int(r[0]) for k, r in res.rest.items()}
+        assignments = {k: int(cast(int, e["center"])) for k, e in res.extras.items()}
         centers = res.value
         assignment = state.assignment.copy()
         for k, j in assignments.items():

@@ -117,9 +117,9 @@ class ClientActor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, object], t: int) -> dict[int, object]:
         return self._host.call(op, client_ids, payload, t)
 
-    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
-                           part: int | None) -> dict[int, Held]:
-        return self._host.call_for_reduction(op, client_ids, payload, t, part)
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object],
+                           t: int) -> dict[int, Held]:
+        return self._host.call_for_reduction(op, client_ids, payload, t)
 
     def add_terms(self, terms: dict[int, Term | list[Term]], acc: torch.Tensor | None,
                   fresh: bool = False) -> torch.Tensor:
@@ -139,9 +139,9 @@ class ClientActor:
 
     @ray.method(num_returns=2)
     def call_with_visitors(self, method: str, op: str, client_ids: list[int], payload: dict[str, object], t: int,
-                           extra: tuple[int | None, ...], *lent: dict[int, object],
+                           *lent: dict[int, object],
                            ) -> tuple[dict[int, object] | dict[int, Held], dict[int, object]]:
-        return self._host.call_with_visitors(method, op, client_ids, payload, t, extra, lent)
+        return self._host.call_with_visitors(method, op, client_ids, payload, t, lent)
 
     def get_states(self) -> dict[int, Any]:
         return self._host.get_states()
@@ -416,9 +416,9 @@ class RayExecutor:
     def call(self, op: str, client_ids: list[int], payload: dict[str, object], t: int) -> dict[int, object]:
         return self._run("call", op, client_ids, payload, t)
 
-    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
-                           part: int | None) -> dict[int, Held]:
-        held: dict[int, Held] = self._run("call_for_reduction", op, client_ids, payload, t, (part,))  # type: ignore[assignment]  # what that method answers
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object],
+                           t: int) -> dict[int, Held]:
+        held: dict[int, Held] = self._run("call_for_reduction", op, client_ids, payload, t)  # type: ignore[assignment]  # what that method answers
         return held
 
     def accumulate(self, plan: Plan) -> torch.Tensor:
@@ -433,12 +433,12 @@ class RayExecutor:
             total = chain(self.actors, self.routing.home, plan.terms, plan.start)[0]
         return self.pool.gather([total], "sum")[0]
 
-    def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, object], t: int,
-             extra: tuple[int | None, ...] = ()) -> dict[int, object]:
+    def _run(self, method: str, op: str, client_ids: list[int], payload: dict[str, object],
+             t: int) -> dict[int, object]:
         ref = ray.put(payload)  # once per call, shared by every actor
         groups, visitors = self.routing.route(op, client_ids)
         trains = not self.leaves_state(op)
-        futures, returned = self._dispatch(method, op, groups, visitors, ref, t, extra, trains)
+        futures, returned = self._dispatch(method, op, groups, visitors, ref, t, trains)
         asked = [groups[i] for i in sorted(groups)]
         self.late = []
         if self.rc.round_deadline_s is not None and trains and asked:  # none asked: no wait
@@ -453,7 +453,7 @@ class RayExecutor:
         return out
 
     def _dispatch(self, method: str, op: str, groups: dict[int, list[int]], visitors: dict[int, dict[int, list[int]]],
-                  ref: ray.ObjectRef, t: int, extra: tuple[int | None, ...], trains: bool) -> tuple[list, list]:
+                  ref: ray.ObjectRef, t: int, trains: bool) -> tuple[list, list]:
         """Start a call on every actor of ``groups`` (the payload ``ref`` put once, shared); the
         ``visitors`` (clients away from home) visit with their states, lent by their owners and
         (after a training call) taken back. (The calls' futures in actor order, the takes'.)"""
@@ -463,9 +463,9 @@ class RayExecutor:
         futures, back = [], {}
         for i, ks in sorted(groups.items()):
             if i not in lent:
-                futures.append(getattr(actors[i], method).remote(op, ks, ref, t, *extra))
+                futures.append(getattr(actors[i], method).remote(op, ks, ref, t))
                 continue
-            answer, back[i] = actors[i].call_with_visitors.remote(method, op, ks, ref, t, tuple(extra), *lent[i])
+            answer, back[i] = actors[i].call_with_visitors.remote(method, op, ks, ref, t, *lent[i])
             futures.append(answer)
         # the visitors' new states go home, actor to actor; asked for after every call, so that
         # no actor's own training waits behind a take (an actor runs its calls in order)

@@ -131,7 +131,7 @@ class ClientHost:
         self.set_states({k: st for k, st in states.items() if int(k) in self.contexts})
 
     def call_with_visitors(self, method: str, op: str, client_ids: Iterable[int], payload: dict[str, object], t: int,
-                           extra: tuple[int | None, ...], lent: Iterable[dict[int, object]],
+                           lent: Iterable[dict[int, object]],
                            ) -> tuple[dict[int, object] | dict[int, Held], dict[int, object]]:
         """:meth:`call` or :meth:`call_for_reduction` (``method``) for ``client_ids``, some of
         them other hosts' clients whose states are ``lent`` (dicts from their hosts'
@@ -151,7 +151,7 @@ class ClientHost:
         self.contexts = {**own_contexts, **{k: self.visitors[k] for k in guests}}
         self.states = visiting = _Visiting(own_states, guests)
         try:
-            out = getattr(self, method)(op, client_ids, payload, t, *extra)
+            out = getattr(self, method)(op, client_ids, payload, t)
             changed = visiting.changed
         finally:
             self.contexts, self.states = own_contexts, own_states
@@ -170,18 +170,18 @@ class ClientHost:
             if self.cfg.ray.trim_memory:
                 release_free_memory()
 
-    def call_for_reduction(self, op: str, client_ids: Iterable[int], payload: dict[str, object], t: int,
-                           part: int | None = None) -> dict[int, Held]:
-        """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
-        the whole result) here, on the host's device, for :meth:`add_terms`. Returns {client:
-        (finite, the rest of its result, on the CPU, the bytes of its whole result)}: on a GPU
+    def call_for_reduction(self, op: str, client_ids: Iterable[int], payload: dict[str, object],
+                           t: int) -> dict[int, Held]:
+        """Run ``op`` and keep each result's summed tensor (an ``Update``'s ``summed``, or the
+        result itself) here, on the host's device, for :meth:`add_terms`. Returns {client:
+        (finite, its result's named extras, on the CPU, the bytes of its whole result)}: on a GPU
         only the sum leaves the device, not every client's update (whose size ``comm.parquet``
         counts as its upload)."""
         results = self.call(op, client_ids, payload, t, on_cpu=False)
         self.kept, out = {}, {}
         for k, r in results.items():
-            self.kept[k], rest = split_result(r, part)
-            out[k] = (finite(r), to_device(rest, CPU), wire_bytes(r))
+            self.kept[k], extras = split_result(r, op)
+            out[k] = (finite(r), to_device(extras, CPU), wire_bytes(r))
         return out
 
     def add_terms(self, terms: Mapping[int, Term | list[Term]], acc: torch.Tensor | None,

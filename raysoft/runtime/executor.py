@@ -7,6 +7,7 @@ wraps either one to inject failures for testing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, TypedDict
 
 import numpy as np
@@ -24,9 +25,9 @@ class Placement(TypedDict):
     device: str
 
 
-# what a call_for_reduction answers for one client: (its result is finite, the rest of its result
+# what a call_for_reduction answers for one client: (its result is finite, its result's named extras
 # (:func:`~raysoft.algorithms.base.split_result`), on the CPU, the bytes of its whole result)
-Held = tuple[bool, object, int]
+Held = tuple[bool, Mapping[str, object], int]
 
 
 class Executor(Protocol):
@@ -40,10 +41,10 @@ class Executor(Protocol):
         """Run client op ``op`` for ``client_ids`` with the broadcast ``payload``; results by client."""
         ...
 
-    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
-                           part: int | None) -> dict[int, Held]:
-        """Run ``op`` and keep each result's summed part (element ``part`` of a result tuple, or
-        the whole result) where it ran; return {client: (finite, the rest of its result, the
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object],
+                           t: int) -> dict[int, Held]:
+        """Run ``op`` and keep each result's summed tensor (an ``Update``'s ``summed``, or the
+        result itself) where it ran; return {client: (finite, its result's named extras, the
         bytes of its whole result, :func:`~raysoft.runtime.comm.wire_bytes`)}."""
         ...
 

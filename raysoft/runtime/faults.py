@@ -10,7 +10,7 @@ as long from that round on (applied where the client runs: :func:`slowdown`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -28,7 +28,10 @@ def slowdown(faults: Sequence[Fault], client: int, t: int) -> float:
                or [1.0])
 
 
-def poison(result: object) -> object:
+T = TypeVar("T")
+
+
+def poison(result: T) -> T:
     """The result with its float tensors and arrays (nested, :mod:`raysoft.tree`) filled with NaN."""
     return map_leaves(_nan, result)
 
@@ -83,11 +86,11 @@ class FaultInjector:
                 results[k] = poison(results[k])
         return results
 
-    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object], t: int,
-                           part: int | None) -> dict[int, Held]:
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, object],
+                           t: int) -> dict[int, Held]:
         self._before(op, t)
-        flags = self.inner.call_for_reduction(op, client_ids, payload, t, part)
+        flags = self.inner.call_for_reduction(op, client_ids, payload, t)
         for k in self._poisoned(op, t):  # a NaN update is never summed: it is not finite (it was sent: its bytes stay)
             if k in flags:
-                flags[k] = (False, poison(flags[k][1]), *flags[k][2:])
+                flags[k] = (False, poison(flags[k][1]), flags[k][2])
         return flags

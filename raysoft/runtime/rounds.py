@@ -252,26 +252,26 @@ class RoundCoordinator(CoordinatorBase):
 
     def _reduced_call(self, call: ClientCall, t: int) -> Reduced:
         """A call whose results are summed (``call.reduce``): in the client actors when
-        ``ray.reduce_in_actors`` (only finiteness, the small rest of each result and one tensor
+        ``ray.reduce_in_actors`` (only finiteness, the named extras of each result and one tensor
         per actor travel), else here; the same additions in the same client-id order either way."""
         red = call.reduce
         assert red is not None
         if self.cfg.ray.reduce_in_actors:
-            flags = self._exec(self.executor.call_for_reduction, call.op, call.clients, call.payload, t, red.part,
+            flags = self._exec(self.executor.call_for_reduction, call.op, call.clients, call.payload, t,
                                sent=call.payload)
             self._report_late(call.op)
             for k in sorted(flags):  # the size of the whole result, counted where it was made
                 self._comm.returned(k, flags[k][2])
             self._report_bad(call.op, [k for k in sorted(flags) if not flags[k][0]], t)
-            rest = {k: flags[k][1] for k in sorted(flags) if flags[k][0]}
-            plan = red.plan(rest)
+            extras = {k: flags[k][1] for k in sorted(flags) if flags[k][0]}
+            plan = red.plan(extras)
             value = self._exec(self.executor.accumulate, plan, sent=plan.start) if plan.terms else plan.start
-            return Reduced(value, sorted(rest), rest)
+            return Reduced(value, sorted(extras), extras)
         results = self._call(call, t)
-        split = {k: split_result(results[k], red.part) for k in sorted(results)}
-        value = red.plan({k: v[1] for k, v in split.items()}).apply({k: v[0] for k, v in split.items()},
-                                                                     self.cfg.ray.tree_group)
-        return Reduced(value, sorted(split), {k: v[1] for k, v in split.items()})
+        split = {k: split_result(results[k], call.op) for k in sorted(results)}
+        extras = {k: v[1] for k, v in split.items()}
+        value = red.plan(extras).apply({k: v[0] for k, v in split.items()}, self.cfg.ray.tree_group)
+        return Reduced(value, sorted(split), extras)
 
     def _check_call(self, call: object, t: int) -> None:
         """A call the algorithm's round yielded is a ClientCall of one of its client ops, else

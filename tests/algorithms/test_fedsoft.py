@@ -127,7 +127,7 @@ def test_center_sums_add_a_client_to_every_cluster_that_selected_it():
 
     old = torch.tensor([[9.0], [8.0], [7.0]])
     sums = CenterSums(old, (np.array([0, 1]), np.array([1, 2, 3]), np.array([3])))
-    plan = sums.plan({0: None, 1: None, 2: None})
+    plan = sums.plan({0: {}, 1: {}, 2: {}})
     assert plan.terms == {0: [(0, 0.5)], 1: [(0, 0.5), (1, 0.5)], 2: [(1, 0.5)]}
     torch.testing.assert_close(plan.start, torch.tensor([[0.0], [0.0], [7.0]]))
     c = plan.apply({0: torch.tensor([2.0]), 1: torch.tensor([4.0]), 2: torch.tensor([10.0])})

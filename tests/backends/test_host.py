@@ -34,8 +34,10 @@ def train(h: ClientHost, clients: list[int], t: int, algorithm: str = "fedavg") 
 
 def same(a: dict, b: dict) -> bool:
     """The same clients with bit-identical results."""
-    def eq(x, y):  # a model, or FedSoft's (model, distance to its mixture)
-        return torch.equal(x, y) if isinstance(x, torch.Tensor) else torch.equal(x[0], y[0]) and x[1] == y[1]
+    def eq(x, y):  # a model, or FedSoft's Update(model, {"dist": distance to its mixture})
+        if isinstance(x, torch.Tensor):
+            return torch.equal(x, y)
+        return torch.equal(x.summed, y.summed) and x.extras == y.extras
 
     return list(a) == list(b) and all(eq(a[k], b[k]) for k in a)
 
@@ -71,10 +73,10 @@ def test_keep_then_accumulate_is_the_plan_applied_to_the_call_results(batched):
     ids = [6, 0, 3]
     h, ref = host(batched=batched), host(batched=batched)
     flags = h.call_for_reduction("train", ids, payload("fedavg"), 0)
-    assert flags == {0: (True, None, 4 * D), 3: (True, None, 4 * D), 6: (True, None, 4 * D)}  # a float32 model's bytes
+    assert flags == {0: (True, {}, 4 * D), 3: (True, {}, 4 * D), 6: (True, {}, 4 * D)}  # a float32 model's bytes
     results = train(ref, ids, 0)
     sizes = h.fed.sizes
-    plan = WeightedMean(sizes).plan({k: None for k in flags})
+    plan = WeightedMean(sizes).plan({k: {} for k in flags})
     assert plan.terms == {k: (None, sizes[k] / (sizes[0] + sizes[3] + sizes[6])) for k in (0, 3, 6)}
     value = h.accumulate(plan)
     assert torch.equal(value, plan.apply(results))  # the coordinator's sum of the same results
@@ -99,7 +101,7 @@ def test_add_terms_adds_this_host_s_terms_to_the_partial_sum_it_receives():
 def test_keep_reports_non_finite_results():
     h = host()
     flags = h.call_for_reduction("train", [1, 2], {"model": torch.full((D,), float("nan"))}, 0)
-    assert flags == {1: (False, None, 4 * D), 2: (False, None, 4 * D)}
+    assert flags == {1: (False, {}, 4 * D), 2: (False, {}, 4 * D)}
 
 
 # ---------------------------------------------------------------- client states
@@ -176,8 +178,8 @@ def test_a_checkpoint_s_client_states_hold_no_scratch_model(algorithm, optimizer
     next_result = h.call("train", [0, 1], pay, 1)
     h.set_states(saved)
     again = h.call("train", [0, 1], pay, 1)
-    assert list(again) == [0, 1] and all(torch.equal(torch.as_tensor(a[0] if isinstance(a, tuple) else a),
-                                                     torch.as_tensor(b[0] if isinstance(b, tuple) else b))
+    assert list(again) == [0, 1] and all(torch.equal(torch.as_tensor(getattr(a, "summed", a)),
+                                                     torch.as_tensor(getattr(b, "summed", b)))
                                          for a, b in zip(again.values(), next_result.values()))
 
 
@@ -230,7 +232,7 @@ def test_a_visiting_client_trains_as_it_would_at_home(algorithm, state_mode, tmp
     home, a, b = make(range(10)), make(range(5)), make(range(5, 10))
     for t in (0, 1):
         want = train(home, [3, 4, 6], t, algorithm)
-        got_b, back = b.call_with_visitors("call", "train", [3, 4, 6], payload(algorithm), t, (), [a.lend([3, 4])])
+        got_b, back = b.call_with_visitors("call", "train", [3, 4, 6], payload(algorithm), t, [a.lend([3, 4])])
         assert sorted(back) == [3, 4]  # only the visitors' states travel back
         a.take(back)
         assert same(got_b, want)
@@ -245,13 +247,13 @@ def test_the_visitor_cache_keeps_the_most_recent_visitors():
 
     a, b = host("fedsoft", range(9)), host("fedsoft", range(9, 10))  # the small config has 10 clients
     centers = {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}
-    first, _ = b.call_with_visitors("call", "evaluate", [0], centers, 0, (), [a.lend([0])])
+    first, _ = b.call_with_visitors("call", "evaluate", [0], centers, 0, [a.lend([0])])
     for k in range(1, 9):
-        b.call_with_visitors("call", "evaluate", [k], centers, 0, (), [a.lend([k])])
+        b.call_with_visitors("call", "evaluate", [k], centers, 0, [a.lend([k])])
     assert list(b.visitors) == list(range(9 - VISITORS_MIN, 9))
-    b.call_with_visitors("call", "evaluate", [5], centers, 0, (), [a.lend([5])])  # a hit moves to the end
+    b.call_with_visitors("call", "evaluate", [5], centers, 0, [a.lend([5])])  # a hit moves to the end
     assert list(b.visitors)[-1] == 5 and len(b.visitors) == VISITORS_MIN
-    again, _ = b.call_with_visitors("call", "evaluate", [0], centers, 0, (), [a.lend([0])])  # dropped, rebuilt
+    again, _ = b.call_with_visitors("call", "evaluate", [0], centers, 0, [a.lend([0])])  # dropped, rebuilt
     assert again == first and 0 in b.visitors
 
 
@@ -259,5 +261,5 @@ def test_a_visit_that_leaves_states_unchanged_sends_none_back():
     a, b = host("fedsoft", range(5)), host("fedsoft", range(5, 10))
     state_before = a.lend([2])
     centers = {"centers": torch.stack([torch.zeros(D), torch.ones(D)])}
-    out, back = b.call_with_visitors("call", "evaluate", [2, 7], centers, 0, (), [state_before])
+    out, back = b.call_with_visitors("call", "evaluate", [2, 7], centers, 0, [state_before])
     assert back == {} and sorted(out) == [2, 7]

@@ -55,10 +55,10 @@ def test_a_host_keeps_no_state_in_memory_between_calls(tmp_path):
     host.call("estimate", list(range(10)), {"centers": torch.zeros(2, d), "sigma": 1e-4}, 0)
     host.call("evaluate", list(range(10)), {}, 0)
     assert sorted(p.name for p in (tmp_path / "scratch").rglob("*.pt")) == ["2.pt", "5.pt"]
-    before = host.call("train", [5], payload, 1)[5][0]
+    before = host.call("train", [5], payload, 1)[5].summed
     again = ClientHost(parse_config(small_config()), range(10))  # resident states, the same calls
     again.call("train", [2, 5], payload, 0)
-    torch.testing.assert_close(again.call("train", [5], payload, 1)[5][0], before, rtol=0, atol=0)
+    torch.testing.assert_close(again.call("train", [5], payload, 1)[5].summed, before, rtol=0, atol=0)
     folder = store._dir
     del host, store
     gc.collect()  # the host and its store refer to each other

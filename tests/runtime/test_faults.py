@@ -6,6 +6,7 @@ import torch
 from support.fakes import FakeExecutor
 
 from raysoft.algorithms import Plan
+from raysoft.algorithms.base import Update
 from raysoft.config import Fault
 from raysoft.runtime.faults import FaultInjector, poison, slowdown
 
@@ -17,8 +18,8 @@ def vector(k, payload, t):
 
 
 def pair(k, payload, t):
-    """A result tuple: (the summed part, a small rest)."""
-    return torch.tensor([float(k)]), torch.tensor([10.0 * k])
+    """An Update: the summed tensor and a small named extra."""
+    return Update(torch.tensor([float(k)]), {"tag": torch.tensor([10.0 * k])})
 
 
 def injector(*faults: Fault) -> tuple[FaultInjector, list[tuple]]:
@@ -42,8 +43,9 @@ def kinds(fi: FaultInjector) -> list[str]:
 @pytest.mark.parametrize("method", ["call", "call_for_reduction"])
 def test_a_kill_fires_once_before_the_first_non_evaluate_call_of_its_round(method):
     fi, reported = injector(Fault(kind="kill_actor", at_round=2, actor=1))
+    fi.inner.results["evaluate"] = vector  # a tensor, which a reduced call may sum
     run = (lambda op, t: fi.call(op, CLIENTS, {}, t)) if method == "call" else \
-          (lambda op, t: fi.call_for_reduction(op, CLIENTS, {}, t, None))
+          (lambda op, t: fi.call_for_reduction(op, CLIENTS, {}, t))
     for t in (0, 1):
         run("train", t)
     run("evaluate", 2)  # a round's evaluation is not its first client call
@@ -106,13 +108,13 @@ def test_a_nan_update_of_a_client_not_asked_changes_nothing():
 def test_a_nan_update_makes_keep_report_its_client_not_finite():
     fi, _ = injector(Fault(kind="nan_update", at_round=1, client=2))
     fi.inner.results["train"] = pair
-    flags = fi.call_for_reduction("train", CLIENTS, {}, 1, 0)
+    flags = fi.call_for_reduction("train", CLIENTS, {}, 1)
     assert [k for k in flags if not flags[k][0]] == [2]
-    _, rest, sent = flags[2]
-    assert sent == flags[1][2]  # a poisoned update was still sent: its bytes stay
-    assert rest[0] is None and torch.isnan(rest[1]).all()
-    assert flags[1][0] and torch.equal(flags[1][1][1], torch.tensor([10.0]))
-    other = fi.call_for_reduction("train", CLIENTS, {}, 2, 0)  # another round: untouched
+    _, extras, sent = flags[2]
+    assert sent == flags[1][2] == 8  # a poisoned update was still sent: its bytes stay (summed + extras)
+    assert list(extras) == ["tag"] and torch.isnan(extras["tag"]).all()
+    assert flags[1][0] and torch.equal(flags[1][1]["tag"], torch.tensor([10.0]))
+    other = fi.call_for_reduction("train", CLIENTS, {}, 2)  # another round: untouched
     assert all(ok for ok, _, _ in other.values())
 
 
@@ -169,7 +171,7 @@ def test_what_the_injector_does_not_change_is_the_inner_executor_s():
     fi.reset()
     fi.recover()
     assert [e[0] for e in inner.log] == ["set_states", "reset", "recover"]
-    fi.call_for_reduction("train", [0, 1], {}, 0, None)
+    fi.call_for_reduction("train", [0, 1], {}, 0)
     # 1 * [0, 0] + 2 * [1, 0]
     assert torch.equal(fi.accumulate(Plan(None, {0: (None, 1.0), 1: (None, 2.0)})), torch.tensor([2.0, 0.0]))
     with pytest.raises(AttributeError):
@@ -179,5 +181,5 @@ def test_what_the_injector_does_not_change_is_the_inner_executor_s():
 def test_no_faults_changes_nothing():
     fi, reported = injector()
     assert torch.equal(fi.call("train", [1], {}, 0)[1], vector(1, {}, 0))
-    assert fi.call_for_reduction("train", [1], {}, 0, None) == {1: (True, None, 8)}  # [1, 0] as float32
+    assert fi.call_for_reduction("train", [1], {}, 0) == {1: (True, {}, 8)}  # [1, 0] as float32
     assert kills(fi) == [] and reported == []

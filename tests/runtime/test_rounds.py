@@ -10,9 +10,10 @@ import torch
 from support.configs import small_config
 from support.fakes import FakeExecutor, OneCall
 
-from raysoft.algorithms import Reduced, WeightedMean
+from raysoft.algorithms import Plan, Reduced, Reduction, WeightedMean
+from raysoft.algorithms.base import Update
 from raysoft.config import parse_config
-from raysoft.errors import ClientFailure, UpdateError
+from raysoft.errors import ClientFailure, PluginFailure, UpdateError
 from raysoft.runtime.checkpoint import load_checkpoint
 from raysoft.runtime.rounds import RoundCoordinator
 
@@ -108,7 +109,7 @@ def test_a_weighted_mean_over_the_finite_updates_in_the_actors_or_here(reduce_in
     asked = [e for e in ex.log if e[0] != "call" or e[1] != "evaluate"]
     if reduce_in_actors:  # keep where the clients run, then the plan n_k / sum n over clients 0 and 2
         assert [e[0] for e in asked] == ["call_for_reduction", "accumulate"]
-        assert asked[0][1:] == ("train", [0, 1, 2], {"x": 0}, 0, None)
+        assert asked[0][1:] == ("train", [0, 1, 2], {"x": 0}, 0)
         plan = asked[1][1]
         assert plan.start is None and plan.terms == {0: (None, 0.25), 2: (None, 0.75)}
     else:  # every update comes here and is summed here
@@ -116,7 +117,7 @@ def test_a_weighted_mean_over_the_finite_updates_in_the_actors_or_here(reduce_in
     got = received(coord, 0)
     assert isinstance(got, Reduced)
     assert torch.equal(got.value, MEAN)
-    assert got.clients == [0, 2] and got.rest == {0: None, 2: None}
+    assert got.clients == [0, 2] and got.extras == {0: {}, 2: {}}  # plain tensors: no extras
     assert events(coord) == [("nan_update", 0, 1)]
 
 
@@ -127,9 +128,41 @@ def test_a_reduction_with_no_finite_update_is_empty_and_nothing_is_accumulated(r
                         ray={"reduce_in_actors": reduce_in_actors})
     advance(coord, 1)
     got = received(coord, 0)
-    assert got.value is None and got.clients == [] and got.rest == {}
+    assert got.value is None and got.clients == [] and got.extras == {}
     assert ex.asked("accumulate") == []
     assert [e[:3] for e in events(coord)] == [("nan_update", 0, k) for k in range(3)]
+
+
+class ByRow(Reduction):
+    """Each client's summed tensor added to the row of a 2-row sum that its extra ``row`` names."""
+
+    def plan(self, extras):
+        return Plan(torch.zeros(2, 2), {k: (int(e["row"]), 1.0) for k, e in sorted(extras.items())})
+
+
+def tagged(k, payload, t):
+    """An Update: client k's update, summed into row k % 2, with a note that is not summed."""
+    return Update(torch.tensor(UPDATES[k]), {"row": k % 2, "note": f"client {k}"})
+
+
+@pytest.mark.parametrize("reduce_in_actors", [True, False])
+def test_an_update_s_extras_reach_the_plan_and_the_round_by_name(reduce_in_actors):
+    ex = FakeExecutor({"train": tagged})
+    coord = coordinator(ex, OneCall(reduce=ByRow()), ray={"reduce_in_actors": reduce_in_actors})
+    advance(coord, 1)
+    got = received(coord, 0)
+    assert torch.equal(got.value, torch.tensor([[12.0, 12.0], [8.0, 4.0]]))  # rows: clients 0 + 2, client 1
+    assert got.extras == {k: {"row": k % 2, "note": f"client {k}"} for k in (0, 1, 2)}
+
+
+@pytest.mark.parametrize("reduce_in_actors", [True, False])
+def test_a_tuple_returned_to_a_reduced_call_is_one_line_saying_what_to_return(reduce_in_actors):
+    ex = FakeExecutor({"train": lambda k, payload, t: (torch.tensor(UPDATES[k]), k)})
+    coord = coordinator(ex, OneCall(reduce=WeightedMean(SIZES)), ray={"reduce_in_actors": reduce_in_actors})
+    with pytest.raises(PluginFailure) as err:
+        advance(coord, 1)
+    assert str(err.value) == ("client op 'train' returned a tuple to a reduced call: return "
+                              "raysoft.sdk.Update(summed=..., extras={...}) (or a tensor)")
 
 
 # ---------------------------------------------------------------- late clients

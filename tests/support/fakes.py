@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raysoft.algorithms import ClientCall, Reduction
+from raysoft.algorithms import ClientCall, Reduction, RoundResult
 from raysoft.algorithms.base import Plan, split_result
 from raysoft.params import get_flat
 from raysoft.runtime.comm import wire_bytes
@@ -25,7 +25,7 @@ def local_mse(k: int, payload: dict[str, Any], t: int) -> dict[str, float]:
 
 class FakeExecutor:
     """An executor over hand-chosen results: ``results[op](client, payload, t)``. Every request
-    goes to ``log``: ("call", op, clients, payload, t), ("call_for_reduction", op, clients, payload, t, part),
+    goes to ``log``: ("call", op, clients, payload, t), ("call_for_reduction", op, clients, payload, t),
     ("accumulate", plan), ("kill", actor), ("set_states", states), ("reset",), ("recover",).
     Clients in ``late`` never answer a non-evaluate call and are then reported in ``late``.
     ``states`` stands for the clients' states."""
@@ -48,13 +48,13 @@ class FakeExecutor:
         self.log.append(("call", op, list(client_ids), payload, t))
         return self._run(op, client_ids, payload, t)
 
-    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any], t: int,
-             part: int | None) -> dict[int, tuple[bool, Any, int]]:
-        self.log.append(("call_for_reduction", op, list(client_ids), payload, t, part))
+    def call_for_reduction(self, op: str, client_ids: list[int], payload: dict[str, Any],
+                           t: int) -> dict[int, tuple[bool, Any, int]]:
+        self.log.append(("call_for_reduction", op, list(client_ids), payload, t))
         out = {}
         for k, r in self._run(op, client_ids, payload, t).items():
-            self.kept[k], rest = split_result(r, part)
-            out[k] = (finite(r), rest, wire_bytes(r))
+            self.kept[k], extras = split_result(r, op)
+            out[k] = (finite(r), extras, wire_bytes(r))
         return out
 
     def accumulate(self, plan: Plan) -> torch.Tensor:
@@ -107,8 +107,8 @@ class OneCall:
 
     def round(self, ctx: Any, state: dict[str, Any], t: int):
         got = yield ClientCall("train", self.clients, {"x": t}, self.reduce)
-        return {**state, "t": t + 1, "seen": state["seen"] + [got]}, {"trained": len(self.clients),
-                                                                        "weights_updated": True}
+        return RoundResult({**state, "t": t + 1, "seen": state["seen"] + [got]}, weights_updated=True,
+                           trained=len(self.clients))
 
     def centers(self, state: dict[str, Any]) -> torch.Tensor:
         return state["centers"]
