@@ -222,8 +222,8 @@ def test_local_takes_part_and_sends_nothing(tmp_path):
 # ---------------------------------------------------------------- a plug-in, counted by the same rule
 PLUGIN = '''
 import numpy as np
-from raysoft.sdk import (AlgorithmConfig, ClientCall, Configured, RoundResult, WeightedMean, evaluate_vector,
-                         get_flat, numpy_rng, scratch_optimizer, train_from, uniform_selection)
+from raysoft.sdk import (AlgorithmConfig, ClientCall, Configured, RoundResult, Update, WeightedMean,
+                         evaluate_vector, get_flat, numpy_rng, scratch_optimizer, train_from, uniform_selection)
 
 
 class Config(AlgorithmConfig):
@@ -232,7 +232,7 @@ class Config(AlgorithmConfig):
 
 def _train(ctx, opt, payload, t):
     tag = payload["tags"][ctx.client]  # its own entry
-    return opt, (train_from(ctx, opt, payload["model"], t), np.full(3, len(tag), dtype=np.int16))
+    return opt, Update(train_from(ctx, opt, payload["model"], t), {"tag": np.full(3, len(tag), dtype=np.int16)})
 
 
 def _evaluate(ctx, opt, payload, t):
@@ -253,15 +253,12 @@ class Tagged(Configured[Config]):
         chosen = uniform_selection(ctx.num_clients, self.settings.clients_per_round,
                                    numpy_rng(ctx.cfg.seed, "select", t))
         tags = {k: np.arange(k + 1, dtype=np.float64) for k in chosen}  # client k gets k + 1 float64s
-        res = yield ClientCall("train", chosen, {"model": state, "tags": tags}, reduce=Mean(ctx.sizes), each=("tags",))
+        res = yield ClientCall("train", chosen, {"model": state, "tags": tags}, reduce=WeightedMean(ctx.sizes),
+                               each=("tags",))
         return RoundResult(res.value, trained=len(res.clients))
 
     def eval_payload(self, state):
         return {"model": state}
-
-
-class Mean(WeightedMean):
-    part = 0
 '''
 
 
@@ -281,7 +278,7 @@ def test_a_plug_in_s_payloads_and_results_are_counted_by_the_same_rule(tmp_path,
     df = comm(run)
     for (_, k), (down, up) in by_client(df).items():
         assert down == F32 * d + F64 * (k + 1)  # the model, and its own tags only
-        assert up == F32 * d + 3 * 2  # the model and three int16
+        assert up == F32 * d + 3 * 2  # the model and three int16 (an Update's extras count as sent)
     check_totals(run, df, 10)
 
 
