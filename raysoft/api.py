@@ -40,7 +40,7 @@ from .callbacks import Callbacks
 from .config import Config, ConfigError, load_config, load_saved_config, name_problem, parse_config
 from .errors import DataFileError, MissingDataError, RunStopped, first_line, one_line
 from .interrupts import Interrupted, stop_on_signals
-from .plugins import is_builtin, plugin_names, resolve, short_name
+from .plugins import short_name
 from .progress import Progress
 from .results import write_config, write_run
 
@@ -127,22 +127,20 @@ def check_data(cfg: Config) -> Config:
         except MissingDataError as err:
             raise ConfigError(f"data: {err}") from None
     plugin_base = isinstance(data, ScenarioData) and data.base not in IMAGE_DATASETS  # its shape: when built
-    if is_builtin("models", cfg.model.name) and is_builtin("datasets", cfg.data.name) and not plugin_base:
+    if cfg.model.plugin.builtin and cfg.data.plugin.builtin and not plugin_base:
         why = model_misfit(cfg.model.name, *data_kind(cfg.data.name, getattr(data, "base", None)))
         if why is not None:
             raise ConfigError(f"model.name: {why}")
     # a plug-in's code (not a built-in's, which would import torch here) is imported and checked now,
     # before anything starts; a dataset plug-in's own check of its files runs too
-    for kind, name in plugin_names(cfg):
-        if not is_builtin(kind, name):
-            resolve(kind, name)
-    if not is_builtin("algorithms", cfg.algorithm.name):  # its client ops (set on the object) are known now
+    for plugin in cfg.plugins:
+        if not plugin.builtin:
+            plugin.load()
+    if not cfg.algorithm.plugin.builtin:  # its client ops (set on the object) are known now
         from .algorithms import make_algorithm
 
         make_algorithm(cfg.algorithm)
-    verify = (
-        None if is_builtin("datasets", cfg.data.name) else getattr(resolve("datasets", cfg.data.name), "verify", None)
-    )
+    verify = None if cfg.data.plugin.builtin else getattr(cfg.data.plugin.load(), "verify", None)
     if verify is not None:
         try:
             verify(cfg.data)

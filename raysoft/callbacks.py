@@ -39,7 +39,7 @@ from pydantic import Field
 
 from .config import CallbackConfig, Config
 from .errors import one_line
-from .plugins import PluginError, resolve
+from .plugins import PluginError
 
 if TYPE_CHECKING:
     from .protocols import CallbackHooks
@@ -195,7 +195,7 @@ class Callbacks:
         info = RunInfo(run_id, Path(run_dir), cfg)
         self.items: list[tuple[str, CallbackHooks]] = []
         for settings in cfg.callbacks:
-            cls = resolve("callbacks", settings.name)
+            cls = settings.plugin.load()
             self.items.append((settings.name, self._call(settings.name, "__init__", cls, settings, info)))
 
     @staticmethod

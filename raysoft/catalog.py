@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .config import DataConfig, ModelConfig
 from .config.data import PARTITION_HELP, BuiltinPartition
+from .plugins import Plugin, lookup
 
 
 # --------------------------------------------------------------------------- models
@@ -255,6 +256,12 @@ class ScenarioData(DataConfig):
     base: str = Field("fmnist", description="the labelled pool: fmnist, emnist_letters (lowercase), cifar10, "
                       "cifar100, or a dataset plug-in with labelled_pool() (docs/plugins.md)")
     base_settings: dict[str, object] = Field(default_factory=dict, description="a plug-in base's own settings")
+
+    @property
+    def base_plugin(self) -> Plugin:
+        """The dataset ``base`` names (:class:`raysoft.plugins.Plugin`), as :attr:`plugin` for ``name``."""
+        return lookup("datasets", self.base)
+
     root: str | None = Field(None, description="folder of a built-in base's files (as data.root of fmnist ...)")
     pool_samples: int | None = Field(
         None, ge=1, description="use this many samples of the train split (a seeded subset); null: all"

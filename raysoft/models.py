@@ -11,7 +11,7 @@ from torch import nn
 
 from .catalog import LEAF_CHARS, CharLSTMModel, CNNModel, ConvModel, model_misfit
 from .config import ModelConfig
-from .plugins import PluginError, resolve
+from .plugins import PluginError
 from .protocols import DataInfo, ModelFactory
 
 
@@ -246,7 +246,7 @@ def build_model(cfg: ModelConfig, info: DataInfo, generator: torch.Generator | N
     """A freshly initialised model of the factory ``cfg.name`` names (:mod:`raysoft.plugins`:
     built-in, registered or an import path), called as ``factory(cfg, info, generator)``; the
     same generator state gives the same weights."""
-    factory: ModelFactory[ModelConfig] = resolve("models", cfg.name)
+    factory: ModelFactory[ModelConfig] = cfg.plugin.load()
     model = factory(cfg, info, generator if generator is not None else torch.Generator().manual_seed(0))
     if not isinstance(model, nn.Module):
         raise PluginError(f"model {cfg.name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")

@@ -11,7 +11,11 @@ one of
   module is imported as Python would, with the current directory first on ``sys.path``, so a
   ``fedprox.py`` beside the job file is ``fedprox:FedProx`` when the run starts there.
 
-:func:`resolve` imports what a name names, checks that it implements its kind's protocol (the
+:func:`lookup` finds what a name names, once per process: a :class:`Plugin` record (its settings
+class, whether raysoft ships it, whether it is named by import path). A config looks each of its
+plug-ins up when it is parsed, and the run reads those records from the config (``cfg.plugins``,
+each section's ``plugin``) rather than asking this module by name. :meth:`Plugin.load`
+(:func:`resolve`) imports the plug-in's code, checks that it implements its kind's protocol (the
 error names the missing method) and caches it. Every failure is a :class:`PluginError`, one line
 naming the plug-in, raised before Ray starts. :func:`ship_paths` lists the files and folders of
 the plug-ins a config names by import path that are not installed packages: the Ray backend
@@ -33,7 +37,7 @@ import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -75,6 +79,7 @@ def register_bases(**bases: type[BaseModel]) -> None:
 _REGISTRY: dict[str, dict[str, Registered]] = {}
 _TARGETS: dict[tuple[str, str], Any] = {}
 _RESOLVED: dict[tuple[str, str], Any] = {}
+_LOOKED_UP: dict[tuple[str, str], Plugin] = {}
 
 
 def clear_cache() -> None:
@@ -82,6 +87,7 @@ def clear_cache() -> None:
     _REGISTRY.clear()
     _TARGETS.clear()
     _RESOLVED.clear()
+    _LOOKED_UP.clear()
 
 
 def _check_kind(kind: str) -> str:
@@ -293,14 +299,55 @@ def is_stream_algorithm(name: str) -> bool:
     return bool(getattr(settings_class("algorithms", name), "stream", False))
 
 
-def settings_class(kind: str, name: str) -> type[BaseModel]:
-    """The settings class of the plug-in ``name`` of ``kind``: a declaration itself (its code is
-    not imported), else the plug-in's ``Settings`` or the kind's base section, the plug-in being
-    checked against its protocol."""
+@dataclass(frozen=True)
+class Plugin:
+    """One plug-in a config names, as :func:`lookup` found it.
+
+    * ``kind``: ``algorithms``, ``models``, ``datasets`` or ``callbacks``; ``name``: as the
+      config gives it (a registered name or an import path);
+    * ``settings``: its settings class (a declaration's own, its code not imported yet);
+    * ``builtin``: raysoft registers it (the engine knows its data and model without
+      importing it); ``by_path``: named by import path (shipped to the actors when it is not
+      installed, :func:`ship_paths`); ``stream``: an asynchronous stream algorithm;
+    * :meth:`load`: the plug-in's code, imported and checked against its kind's protocol
+      (:func:`resolve`, once per process)."""
+
+    kind: str
+    name: str
+    settings: type[BaseModel]
+    builtin: bool
+
+    @property
+    def by_path(self) -> bool:
+        return is_import_path(self.name)
+
+    @property
+    def stream(self) -> bool:
+        return bool(getattr(self.settings, "stream", False))
+
+    def load(self) -> Any:
+        """The class (for models, the factory) the plug-in names, imported and checked."""
+        return resolve(self.kind, self.name)
+
+
+def lookup(kind: str, name: str) -> Plugin:
+    """The :class:`Plugin` record of ``name`` in ``kind`` (once per process): its settings class
+    is a declaration itself (its code is not imported), else the plug-in's ``Settings`` or the
+    kind's base section, the plug-in being checked against its protocol; a
+    :class:`PluginError` (one line) when it cannot be used."""
+    key = (kind, name)
+    found = _LOOKED_UP.get(key)
+    if found is not None:
+        return found
     obj = target(kind, name)
-    if is_declaration(kind, obj):
-        return obj
-    return getattr(resolve(kind, name), "Settings", BASES[kind])
+    settings = obj if is_declaration(kind, obj) else getattr(resolve(kind, name), "Settings", BASES[kind])
+    found = _LOOKED_UP[key] = Plugin(kind, name, settings, is_builtin(kind, name))
+    return found
+
+
+def settings_class(kind: str, name: str) -> type[BaseModel]:
+    """The settings class of the plug-in ``name`` of ``kind`` (:func:`lookup`)."""
+    return lookup(kind, name).settings
 
 
 def settings_keys(kind: str, name: str) -> set[str]:
@@ -332,27 +379,25 @@ def _installed_roots() -> list[Path]:
     return [Path(r).resolve() for r in roots if r]
 
 
-def plugin_names(cfg: Any) -> list[tuple[str, str]]:
-    """(kind, name) of every plug-in a config names."""
-    out = [("algorithms", cfg.algorithm.name), ("models", cfg.model.name), ("datasets", cfg.data.name)]
-    base = getattr(cfg.data, "base", None)  # a scenario's pool (data.name: scenario): checked and shipped too
-    if isinstance(base, str) and base:
-        out.append(("datasets", base))
-    out += [("callbacks", c.name) for c in cfg.callbacks]
-    return out
+class Named(Protocol):
+    """What :func:`ship_paths` reads of a config: the plug-ins it names (``Config.plugins``)."""
+
+    @property
+    def plugins(self) -> list[Plugin]: ...
 
 
-def ship_paths(cfg: Any) -> list[str]:
+def ship_paths(cfg: Named) -> list[str]:
     """The files or folders to ship to the actors (Ray's ``py_modules``) for the plug-ins the
     config names by import path: each top-level module's file (``fedprox.py``) or package
     folder, unless it is installed (site-packages) or part of raysoft."""
     installed = _installed_roots()
     here = Path(__file__).resolve().parent
     paths: list[str] = []
-    for kind, name in plugin_names(cfg):
-        if not is_import_path(name):
+    for plugin in cfg.plugins:
+        if not plugin.by_path:
             continue
-        modules = {getattr(target(kind, name), "__module__", ""), getattr(resolve(kind, name), "__module__", "")}
+        found = (target(plugin.kind, plugin.name), plugin.load())  # a declaration's module and its code's
+        modules = {getattr(obj, "__module__", "") for obj in found}
         for module_name in sorted(m for m in modules if m):
             origin = getattr(sys.modules.get(module_name.split(".")[0]), "__file__", None)
             if origin is None:
@@ -367,7 +412,7 @@ def ship_paths(cfg: Any) -> list[str]:
     return paths
 
 
-def runtime_env(cfg: Any) -> dict[str, Any] | None:
+def runtime_env(cfg: Named) -> dict[str, Any] | None:
     """The job-level Ray runtime environment (for ``ray.init``, which uploads local paths) that
     makes the config's plug-ins importable in every worker of the job, or None when every plug-in
     is installed (or built in)."""

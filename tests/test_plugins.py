@@ -331,6 +331,47 @@ def test_the_resolver_caches_and_checks_by_kind(plugdir):
         resolve("optimizers", "adam")
 
 
+def test_a_config_looks_each_plugin_up_once_and_the_run_reads_its_records(plugdir, tmp_path, monkeypatch):
+    """The config's parse looks up every plug-in it names, once; checking, shipping and building
+    the run then read those records (``cfg.plugins``, each section's ``plugin``) and look up no
+    name again."""
+    from raysoft import plugins
+    from raysoft.config import parse_config
+
+    write(plugdir, "serverlr_l.py", SERVER_LR)
+    made: list[tuple[str, str]] = []
+
+    record = plugins.Plugin
+
+    def counted(kind, name, *rest):
+        made.append((kind, name))
+        return record(kind, name, *rest)
+
+    monkeypatch.setattr(plugins, "Plugin", counted)
+    cfg = parse_config(small_config(algorithm={"name": "serverlr_l:ServerLR"}, callbacks=[{"name": "tensorboard"}]))
+    found = {(p.kind, p.name): p for p in cfg.plugins}
+    assert sorted(found) == sorted(made) == [("algorithms", "serverlr_l:ServerLR"), ("callbacks", "tensorboard"),
+                                             ("datasets", "synthetic"), ("models", "linear")]
+    algo = found["algorithms", "serverlr_l:ServerLR"]
+    assert algo.by_path and not algo.builtin and algo.settings is type(cfg.algorithm)
+    assert all(found[k].builtin and not found[k].by_path for k in found if k[0] != "algorithms")
+    assert cfg.algorithm.plugin is algo and algo.load().__name__ == "ServerLR"
+    assert plugins.ship_paths(cfg) == [str(plugdir / "serverlr_l.py")]
+    run = raysoft.run(cfg.model_copy(update={"callbacks": []}), out=tmp_path / "r")
+    assert run.summary["algorithm"] == "serverlr_l:ServerLR"
+    assert sorted(made) == sorted(found)  # no plug-in was looked up a second time
+
+
+def test_a_section_made_in_code_finds_its_plugin_too():
+    """A section not parsed from a config (built in code, or after unpickling on an actor) looks
+    its plug-in up when it is first asked."""
+    from raysoft.catalog import SyntheticData
+    from raysoft.plugins import lookup
+
+    data = SyntheticData(name="synthetic")
+    assert data.plugin is lookup("datasets", "synthetic") and data.plugin.settings is SyntheticData
+
+
 OLD_STREAM_HOOK = '''
 from raysoft.sdk import StreamAlgorithm, StreamConfig
 

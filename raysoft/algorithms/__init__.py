@@ -33,12 +33,12 @@ _LAZY = {
 
 def make_algorithm(settings: AlgorithmConfig) -> EngineAlgorithm | StreamAlgorithm:
     """The algorithm object for a config's ``algorithm`` section: the class its ``name`` names
-    (:func:`raysoft.plugins.resolve`; built-ins and plug-ins alike), made from the settings,
+    (its ``plugin``, :meth:`raysoft.plugins.Plugin.load`; built-ins and plug-ins alike), made from the settings,
     with the defaults of the optional attributes it lacks (:func:`~.base.with_defaults`)."""
-    from ..plugins import PluginError, resolve
+    from ..plugins import PluginError
     from .base import with_defaults
 
-    algorithm: Algorithm | StreamAlgorithm = resolve("algorithms", settings.name)(settings)
+    algorithm: Algorithm | StreamAlgorithm = settings.plugin.load()(settings)
     ops = getattr(algorithm, "client_ops", None)
     if not isinstance(ops, dict) or not all(callable(op) for op in ops.values()):
         raise PluginError(f"algorithm {settings.name!r}: client_ops must be a dict of op name -> "

@@ -15,7 +15,7 @@ from .data import DataConfig
 from .faults import Fault
 from .model import ModelConfig
 from .output import OutputConfig
-from .section import Section
+from .section import PluginSection
 from .train import TrainConfig
 
 
@@ -46,9 +46,10 @@ class Sections(Protocol):
     def callbacks(self) -> list[CallbackConfig]: ...
 
 
-class AlgorithmConfig(Section):
+class AlgorithmConfig(PluginSection):
     """Keys every algorithm has."""
 
+    KIND = "algorithms"
     name: str
     rounds: int = Field(100, ge=1, description="T, the number of global rounds")
     clients_per_round: int = Field(

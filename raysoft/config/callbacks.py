@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from .section import Section
+from .section import PluginSection
 
 
-class CallbackConfig(Section):
+class CallbackConfig(PluginSection):
     """One entry of the ``callbacks`` list: a callback's ``name`` (built-in, registered or an
     import path) and the keys of its own settings."""
 
+    KIND = "callbacks"
     name: str

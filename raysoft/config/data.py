@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .section import Section
+from .section import PluginSection
 
 BuiltinPartition = Literal["10:90", "30:70", "linear", "random", "clusters"]
 """``partition``'s annotation in the built-in datasets' settings."""
@@ -31,11 +31,12 @@ def _choices(values: tuple[str, ...]) -> str:
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
-class DataConfig(Section):
+class DataConfig(PluginSection):
     """Which clients exist and what data each holds (built inside the client actors). ``name``:
     a built-in dataset (synthetic, fpfc_synthetic, fmnist, emnist_letters, cifar10, cifar100), a
     registered one or an import path (docs/plugins.md)."""
 
+    KIND = "datasets"
     name: str = "synthetic"
     clients: int = Field(100, ge=1, description="N")
     distributions: int = Field(2, ge=1, description="S, the number of cluster distributions")

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import ConfigError
-from ..plugins import register_bases, settings_class
+from ..plugins import Plugin, lookup, register_bases, settings_class
 from .algorithm import AlgorithmConfig
 from .backend import RayConfig
 from .callbacks import CallbackConfig
@@ -48,7 +48,7 @@ def _dispatch(kind: str, v: object, default: str | None) -> BaseModel:
     if not isinstance(name, str):
         raise ValueError(f"{AT_NAME}must be a string (got {name!r})")
     try:
-        settings = settings_class(kind, name)
+        settings = lookup(kind, name).settings  # the one lookup; the section's ``plugin`` reads it
     except ConfigError as err:
         raise ValueError(f"{AT_NAME}{err}") from None
     return settings.model_validate(dict(v))
@@ -73,6 +73,16 @@ class Config(Section):
         default_factory=list, description="called with each round's (or upload's) metric rows and at the end of "
         "the run: loggers and user hooks (docs/plugins.md); the Parquet files stay the record"
     )
+
+    @property
+    def plugins(self) -> list[Plugin]:
+        """Every plug-in this config names, as looked up when it was parsed
+        (:class:`raysoft.plugins.Plugin`): the algorithm, the model, the dataset, a scenario's
+        pool (``data.base``) and each callback. What checks, ships and builds a run reads
+        these records."""
+        out = [self.algorithm.plugin, self.model.plugin, self.data.plugin]
+        base = getattr(self.data, "base_plugin", None)  # a scenario's pool (data.name: scenario)
+        return out + ([base] if isinstance(base, Plugin) else []) + [c.plugin for c in self.callbacks]
 
     @model_validator(mode="before")
     @classmethod

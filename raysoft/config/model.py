@@ -7,13 +7,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from .section import Section
+from .section import PluginSection
 
 
-class ModelConfig(Section):
+class ModelConfig(PluginSection):
     """The model every client trains, built from the data's shape: ``name`` names it, ``init``
     how its weights are drawn."""
 
+    KIND = "models"
     name: str = Field("linear", description="linear, logistic, cnn, cifar_cnn, resnet18, a registered model or an "
                       "import path (docs/plugins.md)")
     init: Literal["xavier_normal", "torch_default", "normal"] = "xavier_normal"

@@ -10,10 +10,11 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from ..plugins import Plugin, lookup
 from .yamlio import BOOL_WORDS
 
 UNKNOWN_KEY = "unknown key"
@@ -98,6 +99,20 @@ class Section(BaseModel):
                     fixed = dict(raw) if fixed is None else fixed
                     fixed[key] = meant
         return raw if fixed is None else fixed
+
+
+class PluginSection(Section):
+    """A section that names a plug-in (``algorithm``, ``data``, ``model``, each callback): its
+    :attr:`plugin` is the record looked up when the config was parsed (:func:`raysoft.plugins.lookup`)."""
+
+    KIND: ClassVar[str]
+    name: str
+
+    @property
+    def plugin(self) -> Plugin:
+        """The plug-in ``name`` names (:class:`raysoft.plugins.Plugin`): its settings class,
+        whether it is a built-in, and ``load()`` for its code."""
+        return lookup(self.KIND, self.name)
 
 
 def at(key: str, message: str) -> str:

@@ -15,7 +15,7 @@ import torch
 
 from ..config import DataConfig
 from ..models import DataInfo
-from ..plugins import PluginError, resolve
+from ..plugins import PluginError
 from ..rng import numpy_rng
 from .partition import client_sizes, component_counts, mixtures
 
@@ -60,7 +60,7 @@ class Federation:
         self.cfg = cfg
         self.seed = seed = cfg.draw_seed(seed)
         rng = numpy_rng(seed, "partition", str(cfg.partition))
-        self._gen: Dataset = resolve("datasets", cfg.name)(cfg, seed)
+        self._gen: Dataset = cfg.plugin.load()(cfg, seed)
         info = getattr(self._gen, "info", None)
         if not isinstance(info, DataInfo):
             raise PluginError(f"dataset {cfg.name!r}: its info must be a raysoft.sdk.DataInfo (got {info!r})")

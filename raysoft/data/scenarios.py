@@ -211,10 +211,9 @@ _LOCK = threading.RLock()  # layout() holds it while loading the pool
 
 
 def _plugin_pool(cfg: ScenarioData, seed: int) -> tuple[Pool, DataInfo]:
-    from ..plugins import resolve, settings_class
-
-    settings = settings_class("datasets", cfg.base).model_validate({"name": cfg.base, **cfg.base_settings})
-    obj = resolve("datasets", cfg.base)(settings, seed)
+    base = cfg.base_plugin
+    settings = base.settings.model_validate({"name": cfg.base, **cfg.base_settings})
+    obj = base.load()(settings, seed)
     hand_over = getattr(obj, "labelled_pool", None)
     info = getattr(obj, "info", None)
     if hand_over is None or not isinstance(info, DataInfo) or info.task != "classification":

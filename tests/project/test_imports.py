@@ -266,3 +266,43 @@ def test_the_algorithms_do_not_import_the_runtime():
         if any(t == r or t.startswith(r + ".") for r in RUNTIME)
     )
     assert not bad, "the algorithms reach into the runtime:\n  " + "\n  ".join(bad)
+
+
+# Looking a plug-in up by its name: done where a name comes in as a name (a config being parsed,
+# `raysoft list`, `compare --algorithms`, a report reading a run's algorithm). What checks,
+# ships and builds a run reads the config's records instead (Config.plugins, each section's
+# ``plugin``), looked up once when the config was parsed.
+LOOKUPS = {"resolve", "target", "lookup", "settings_class", "settings_keys", "is_builtin", "is_stream_algorithm"}
+BY_NAME = ("raysoft.plugins", "raysoft.config", "raysoft.catalog", "raysoft.listing", "raysoft.compare",
+           "raysoft.report.load")
+
+
+def name_lookups(path: Path) -> list[tuple[int, str]]:
+    """(line, function) of each call, in ``path``, of a :data:`LOOKUPS` function of raysoft.plugins."""
+    tree = ast.parse(path.read_text())
+    imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").endswith("plugins") for a in node.names if a.name in LOOKUPS}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) and f.id in imported else (
+                f.attr if isinstance(f, ast.Attribute) and f.attr in LOOKUPS
+                and isinstance(f.value, ast.Name) and f.value.id == "plugins" else None)
+            if name is not None:
+                out.append((node.lineno, name))
+    return out
+
+
+def test_the_name_lookup_checker_finds_both_forms(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from ..plugins import resolve as r, short_name\nfrom raysoft import plugins\n"
+                    "r('models', 'x')\nshort_name('x')\nplugins.lookup('models', 'x')\nother.lookup(1)\n")
+    assert name_lookups(path) == [(3, "r"), (5, "lookup")]
+
+
+def test_a_run_reads_its_plugins_from_the_config_not_by_name():
+    modules = module_names(SOURCE)
+    bad = sorted(f"{m}:{line} calls {fn}" for m, path in modules.items()
+                 if not any(m == b or m.startswith(b + ".") for b in BY_NAME) for line, fn in name_lookups(path))
+    assert not bad, "looks a plug-in up by name (read cfg.plugins / section.plugin instead):\n  " + "\n  ".join(bad)
