@@ -20,7 +20,22 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
     from ..config import AlgorithmConfig
-    from .base import Algorithm, EngineAlgorithm
+    from .base import (
+        Algorithm,
+        ClientCall,
+        ClientContext,
+        Clustered,
+        EngineAlgorithm,
+        EvalResult,
+        Plan,
+        Reduced,
+        Reduction,
+        RoundResult,
+        ServerContext,
+        Update,
+        WeightedMean,
+    )
+    from .settings import StreamConfig
     from .stream import StreamAlgorithm
 
 _LAZY = {
