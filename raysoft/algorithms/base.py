@@ -416,8 +416,8 @@ class ClientContext:
         of one line naming both classes."""
         settings = self.cfg.algorithm
         if not isinstance(settings, kind):
-            raise TypeError(f"ctx.settings({kind.__name__}): the run's algorithm settings are a "
-                            f"{type(settings).__name__}, not a {kind.__name__}")
+            raise TypeError(f"ctx.settings({kind.__name__}): the run's algorithm settings are "
+                            f"{type(settings).__name__}, not {kind.__name__}")
         return settings
 
 
