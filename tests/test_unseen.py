@@ -88,12 +88,14 @@ def test_fedsoft_counts_the_samples_each_center_fits_best_and_serves_that_mixtur
     (3/4, 1/4) and the served model is (1.5, 0): on a test split of the same four points,
     residuals (-0.5, -1, -1.5, 6), mse 39.5 / 4."""
     x, y = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 0.0]
-    ctx = _regression_client(x, y, test=(x, y))
-    _, out = client_unseen(ctx, None, {"centers": torch.tensor([[2.0, 0.0], [0.0, 0.0]]), "sigma": 0.01}, 0)
+    centers = {"centers": torch.tensor([[2.0, 0.0], [0.0, 0.0]])}  # the payload: sigma is the client's setting
+    fedsoft = lambda sigma: {"name": "fedsoft", "clients_per_round": 1, "sigma": sigma}  # noqa: E731
+    ctx = _regression_client(x, y, test=(x, y), algorithm=fedsoft(0.01))
+    _, out = client_unseen(ctx, None, centers, 0)
     assert (out["u[0]"], out["u[1]"]) == (0.75, 0.25)
     assert out["mse"] == pytest.approx(39.5 / 4)
     # the counter smoother's floor is kept, then the weights are normalised: (3/4, 0.3) / 1.05
-    _, floored = client_unseen(ctx, None, {"centers": torch.tensor([[2.0, 0.0], [0.0, 0.0]]), "sigma": 0.3}, 0)
+    _, floored = client_unseen(_regression_client(x, y, test=(x, y), algorithm=fedsoft(0.3)), None, centers, 0)
     w = 0.75 / 1.05 * 2.0
     assert floored["mse"] == pytest.approx(((w - 2) ** 2 + (2 * w - 4) ** 2 + (3 * w - 6) ** 2 + 16 * w**2) / 4,
                                            rel=1e-5)

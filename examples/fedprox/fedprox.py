@@ -67,9 +67,11 @@ class GlobalModel:
 # ----------------------------------------------------------------------------- the client half
 def _train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int) -> tuple[Adam | SGD, torch.Tensor]:
     """Client k: approximately minimise F_k(w) + mu/2 ||w - w^t||^2 from w^t; return w.
-    ``proximal_pull`` (from raysoft.sdk) adds mu (w - w^t) to every mini-batch gradient."""
+    ``proximal_pull`` (from raysoft.sdk) adds mu (w - w^t) to every mini-batch gradient. mu is
+    a setting, known to every client (``ctx.settings``), not sent: the payload is w^t alone."""
     start = payload["model"]
-    return opt, train_from(ctx, opt, start, t, **proximal_pull(payload["mu"], start))
+    mu = ctx.settings(FedProxConfig).mu
+    return opt, train_from(ctx, opt, start, t, **proximal_pull(mu, start))
 
 
 def _evaluate(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any],
@@ -99,8 +101,7 @@ class FedProx(Configured[FedProxConfig]):
 
     def round(self, ctx: ServerContext, state: GlobalModel, t: int) -> RoundGenerator:
         selected = select_uniform(ctx, self.settings.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
-        res = yield ClientCall("train", selected, {"model": state.model, "mu": self.settings.mu},
-                               reduce=WeightedMean(ctx.sizes))
+        res = yield ClientCall("train", selected, {"model": state.model}, reduce=WeightedMean(ctx.sizes))
         model = res.value if res.clients else state.model  # every update excluded: keep w^t
         return RoundResult(GlobalModel(model), trained=len(res.clients))
 

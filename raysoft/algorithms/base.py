@@ -53,6 +53,7 @@ from ..params import Term, add_terms
 from ..rng import torch_generator
 
 T = TypeVar("T")
+S = TypeVar("S", bound=AlgorithmConfig)  # an algorithm's settings class
 
 
 @dataclass(frozen=True)
@@ -374,7 +375,16 @@ class ClientContext:
       (on the CPU, then moved to :attr:`device`: the same numbers on every device), e.g.
       ``ctx.new_model("client_init")`` for a client's own model;
     * ``tensor(value, dtype=None)``: ``value`` (a numpy array of a payload, a list, a tensor) as
-      a tensor on :attr:`device`, of ``dtype`` (None: the value's own).
+      a tensor on :attr:`device`, of ``dtype`` (None: the value's own);
+    * ``settings(Kind)``: the algorithm's settings, ``cfg.algorithm``, typed as ``Kind`` (its
+      ``Settings`` class): THE way a client op reads them, e.g.
+      ``ctx.settings(FedSoftConfig).sigma``.
+
+    Settings are known, not sent: every host has the run's config from its start (as it has the
+    model's architecture), so a client op reads the algorithm's settings with :meth:`settings`
+    (the local solver from ``cfg.train``, the seed from ``cfg.seed``), and a payload carries
+    only the run's state, what changes between rounds (centers, models, weights). What a
+    payload carries is what ``comm.parquet`` counts.
     """
 
     cfg: Config
@@ -398,6 +408,17 @@ class ClientContext:
         """``value`` (an array, a list, a tensor) as a tensor on :attr:`device`: how a client op
         makes a tensor from a payload's numpy arrays."""
         return torch.as_tensor(value, dtype=dtype, device=self.device)
+
+    def settings(self, kind: type[S]) -> S:
+        """The algorithm's settings (``cfg.algorithm``, the object the server half reads as
+        ``self.settings``), checked to be a ``kind`` (the algorithm's ``Settings`` class, or a
+        base of it): how a client op reads its settings, typed. Anything else is a ``TypeError``
+        of one line naming both classes."""
+        settings = self.cfg.algorithm
+        if not isinstance(settings, kind):
+            raise TypeError(f"ctx.settings({kind.__name__}): the run's algorithm settings are "
+                            f"{type(settings).__name__}, not {kind.__name__}")
+        return settings
 
 
 @dataclass(frozen=True)
@@ -459,9 +480,6 @@ def eval_metrics(result: object) -> dict[str, float]:
 RoundGenerator = Generator[ClientCall, Any, RoundResult]
 # a client op: op(ctx, client_state, payload, t) -> (client_state, result)
 ClientOp = Callable[[ClientContext, Any, dict[str, Any], int], tuple[Any, Any]]
-
-
-S = TypeVar("S", bound=AlgorithmConfig)
 
 
 # a batched client op: op(ctxs, client_states, payload, t) -> (client_states, results), one entry a client

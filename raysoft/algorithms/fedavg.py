@@ -137,7 +137,7 @@ def _local_unseen(ctx: ClientContext, _: None, payload: Mapping[str, object], t:
     stream (seed, "unseen-shuffle", client, t)."""
     cfg = ctx.cfg
     trainers = cfg.data.clients - cfg.data.held_out_count()
-    epochs = local_budget(t, cfg.algorithm.clients_per_round, trainers, cfg.train.local_epochs)
+    epochs = local_budget(t, ctx.settings(LocalConfig).clients_per_round, trainers, cfg.train.local_epochs)
     model = ctx.new_model("client_init")
     proximal_train(model, make_optimizer(cfg.train, model.parameters()), ctx.data.x, ctx.data.y, ctx.info.task,
                    cfg.train, rng=numpy_rng(cfg.seed, "unseen-shuffle", ctx.client, t), epochs=epochs)

@@ -20,7 +20,6 @@ mixture prediction and, as ``*_best_learner``, the learner with the largest pi_t
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
@@ -149,9 +148,10 @@ class FedEMState:
     pi: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # [N, M], as last reported
 
 
-def fedem_train(a: FedEMConfig, ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, torch.Tensor], t: int):
+def fedem_train(ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, torch.Tensor], t: int):
     """E-step with the current learners, pi = mean of q, each learner trained on its q-weighted
-    loss (the lr decayed after ``a.lr_milestones`` of the client's own rounds)."""
+    loss (the lr decayed after ``lr_milestones`` of the client's own rounds)."""
+    a = ctx.settings(FedEMConfig)
     learners = payload["learners"]
     losses = model_losses(ctx.scratch, learners, ctx.data.x, ctx.data.y, ctx.info.task)
     q = e_step(torch.log(cs.pi), losses)
@@ -174,11 +174,12 @@ def _fedem_evaluate(ctx: ClientContext, cs: FedEMClient, payload: Mapping[str, t
     return cs, out
 
 
-def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: Mapping[str, torch.Tensor], t: int):
+def _fedem_unseen(ctx: ClientContext, _: None, payload: Mapping[str, torch.Tensor], t: int):
     """Cold start of a held-out client, as FedEM serves clients that did not train: its
     mixture weights fitted by EM on its training data with the learners frozen
-    (:func:`fit_mixture`; ``a.unseen_em_steps`` steps, None: to convergence), the pi-mixture of
+    (:func:`fit_mixture`; ``unseen_em_steps`` steps, None: to convergence), the pi-mixture of
     the learners served; pi is the metrics ``pi[m]``, the steps taken ``em_steps``."""
+    a = ctx.settings(FedEMConfig)
     learners = payload["learners"]
     losses = model_losses(ctx.scratch, learners, ctx.data.x, ctx.data.y, ctx.info.task)
     pi, steps = fit_mixture(losses) if a.unseen_em_steps is None else fit_mixture(losses, a.unseen_em_steps, 0.0)
@@ -192,12 +193,8 @@ def _fedem_unseen(a: FedEMConfig, ctx: ClientContext, _: None, payload: Mapping[
 
 class FedEM(Configured[FedEMConfig]):
     Settings = FedEMConfig
+    client_ops = {"train": fedem_train, "evaluate": _fedem_evaluate, "unseen": _fedem_unseen}
     stateless_ops = ("unseen",)
-
-    def __init__(self, settings: FedEMConfig) -> None:
-        super().__init__(settings)
-        self.client_ops = {"train": functools.partial(fedem_train, settings), "evaluate": _fedem_evaluate,
-                           "unseen": functools.partial(_fedem_unseen, settings)}
 
     def init_server(self, ctx: ServerContext) -> FedEMState:
         m = self.settings.num_centers

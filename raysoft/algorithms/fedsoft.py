@@ -158,15 +158,16 @@ class FedSoftClient:
 def client_estimate(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
     """Importance weights of this client from the per-sample losses of every center."""
     losses = model_losses(ctx.scratch, payload["centers"], ctx.data.x, ctx.data.y, ctx.info.task)
-    return cs, importance_weights(to_numpy(losses), payload["sigma"])
+    return cs, importance_weights(to_numpy(losses), ctx.settings(FedSoftConfig).sigma)
 
 
 def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any], t: int):
     """Solve the proximal problem (4) from the persisting local model; return w_k^{t+1}."""
-    lam = payload["prox_weight"]
+    a = ctx.settings(FedSoftConfig)
+    lam = a.prox_weight
     u = ctx.tensor(payload["u"][ctx.client], dtype=torch.float32)
     centers = payload["centers"]
-    if payload.get("start") == "mixture":  # the reading where w_k starts from the downloaded centers
+    if a.start == "mixture":  # the reading where w_k starts from the downloaded centers
         set_flat(cs.model, u @ centers)
     # grad h = grad f + lam * (sum_s u_s) * w - lam * sum_s u_s c_s   (equation (5))
     proximal_train(
@@ -180,9 +181,10 @@ def client_train(ctx: ClientContext, cs: FedSoftClient, payload: dict[str, Any],
 
 def client_train_batched(ctxs: list[ClientContext], states: list[FedSoftClient], payload: dict[str, Any], t: int):
     """:func:`client_train` for several clients of one host at once (:mod:`raysoft.batched`)."""
-    lam, centers = payload["prox_weight"], payload["centers"]
+    a = ctxs[0].settings(FedSoftConfig)
+    lam, centers = a.prox_weight, payload["centers"]
     u = ctxs[0].tensor(np.asarray(payload["u"])[[c.client for c in ctxs]], dtype=torch.float32)  # [C, S]
-    if payload.get("start") == "mixture":
+    if a.start == "mixture":
         for cs, row in zip(states, u @ centers):
             set_flat(cs.model, row)
     rows = batched_local_train(ctxs, [cs.model for cs in states], [cs.optimizer for cs in states],
@@ -208,7 +210,7 @@ def client_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
     weights, normalised (:func:`mixture_of_centers`), served; the weights are the metrics
     ``u[s]``."""
     losses = model_losses(ctx.scratch, payload["centers"], ctx.data.x, ctx.data.y, ctx.info.task)
-    u = importance_weights(to_numpy(losses), payload["sigma"])
+    u = importance_weights(to_numpy(losses), ctx.settings(FedSoftConfig).sigma)
     set_flat(ctx.scratch, mixture_of_centers(u, payload["centers"]))
     return None, {**served_metrics(ctx, ctx.scratch), **{f"u[{s}]": float(v) for s, v in enumerate(u)}}
 
@@ -237,7 +239,7 @@ class FedSoft(Configured[FedSoftConfig]):
         u = state.u
         estimated = False
         if t % a.estimation_interval == 0:
-            res = yield ClientCall("estimate", everyone, {"centers": state.centers, "sigma": a.sigma})
+            res = yield ClientCall("estimate", everyone, {"centers": state.centers})
             u = state.u.copy()  # a client whose estimate was excluded keeps its previous one
             for k, uk in res.items():
                 u[k] = uk
@@ -248,7 +250,7 @@ class FedSoft(Configured[FedSoftConfig]):
             trainers = sorted({int(k) for sel in selected for k in sel})
         else:
             trainers = everyone
-        payload = {"centers": state.centers, "u": u, "prox_weight": a.prox_weight, "start": a.start}
+        payload = {"centers": state.centers, "u": u}  # the state only: the clients know sigma, lambda, start
         sums = (
             CenterSums(state.centers, tuple(selected))
             if a.selection == "sample"
@@ -270,7 +272,7 @@ class FedSoft(Configured[FedSoftConfig]):
         return {}
 
     def unseen_payload(self, state: FedSoftState) -> dict[str, object]:
-        return {"centers": state.centers, "sigma": self.settings.sigma}
+        return {"centers": state.centers}
 
     def serve(self, ctx: ClientContext, cs: FedSoftClient, payload: Mapping[str, object], t: int) -> torch.nn.Module:
         """The model served to a client: its local (personalised) model, trained with the

@@ -244,7 +244,7 @@ class FPFCState:
 
 
 def _fpfc_train(ctx: ClientContext, opt, payload: dict[str, Any], t: int):
-    rho = payload["rho"]
+    rho = ctx.settings(FPFCConfig).rho
     z = ctx.tensor(payload["zeta"][ctx.client])
     start = ctx.tensor(payload["w"][ctx.client])
     return opt, to_numpy(train_from(ctx, opt, start, t, pull_scale=rho, pull_target=rho * z))
@@ -288,9 +288,8 @@ class FPFC(Configured[FPFCConfig]):
         m = state.w.shape[0]
         selected = uniform_selection(m, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))  # devices
         z = zeta(state.w, state.theta, state.v, a.rho, selected)
-        payload = {"rho": a.rho, "zeta": state.by_client(dict(zip(selected, z)), selected),
-                   "w": state.by_client(state.w, selected)}
-        # each client receives its own zeta_k, w_k
+        payload = {"zeta": state.by_client(dict(zip(selected, z)), selected), "w": state.by_client(state.w, selected)}
+        # each client receives its own zeta_k, w_k (and knows rho)
         res = yield ClientCall("train", [state.client(d) for d in selected], payload, each=("zeta", "w"))
         w, theta, v = state.w.copy(), state.theta, state.v  # theta, v updated in place (large)
         for d in selected:  # an excluded (non-finite) update leaves the device's last model

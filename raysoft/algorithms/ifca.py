@@ -62,8 +62,10 @@ def true_cluster(components: np.ndarray, k: int) -> int:
 
 
 def _choose(ctx: ClientContext, payload: dict[str, Any]) -> int:
+    """The center client ``ctx.client`` joins: its lowest-loss one, or its true cluster under
+    ``assignment: oracle`` (a setting: read from ``ctx``, not sent)."""
     centers = payload["centers"]
-    if payload.get("assignment") == "oracle":
+    if ctx.settings(IFCAConfig).assignment == "oracle":
         return true_cluster(ctx.data.components, centers.shape[0])
     return assign_cluster(to_numpy(mean_losses(ctx, centers)))
 
@@ -130,7 +132,7 @@ class IFCAState:
 def _ifca_train(ctx: ClientContext, opt: Adam | SGD, payload: dict[str, Any], t: int):
     centers = payload["centers"]
     j = _choose(ctx, payload)
-    if payload["option"] in GRADIENT_OPTIONS:
+    if ctx.settings(IFCAConfig).option in GRADIENT_OPTIONS:
         set_flat(ctx.scratch, centers[j])
         return opt, Update(full_gradient(ctx.scratch, ctx.data.x, ctx.data.y, ctx.info.task), {"center": j})
     return opt, Update(train_from(ctx, opt, centers[j], t), {"center": j})
@@ -156,7 +158,7 @@ def center_cold_start(ctx: ClientContext, centers: torch.Tensor) -> EvalResult:
 def _ifca_unseen(ctx: ClientContext, _: None, payload: dict[str, Any], t: int):
     """Cold start of a held-out client: IFCA's cluster estimate (its true cluster under
     ``assignment: oracle``), the chosen center served."""
-    if payload.get("assignment") == "oracle":
+    if ctx.settings(IFCAConfig).assignment == "oracle":
         j = _choose(ctx, payload)
         return None, EvalResult({**served_vector_metrics(ctx, payload["centers"][j]), "center": float(j)}, extra=j)
     return None, center_cold_start(ctx, payload["centers"])
@@ -200,8 +202,7 @@ class IFCA(Configured[IFCAConfig]):
         if t == 0 and a.init_threshold > 0 and a.assignment == "loss":
             state = IFCAState((yield from self.good_init(ctx, state)), state.assignment)
         selected = select_uniform(ctx, a.clients_per_round, numpy_rng(ctx.cfg.seed, "select", t))
-        res = yield ClientCall("train", selected, {"centers": state.centers, "option": a.option,
-                                                   "assignment": a.assignment},
+        res = yield ClientCall("train", selected, {"centers": state.centers},  # the clients know option, assignment
                                reduce=CenterUpdate(state.centers, a.option, ctx.cfg.train.lr))
         assignments = {k: int(cast(int, e["center"])) for k, e in res.extras.items()}
         centers = res.value
@@ -229,4 +230,4 @@ class IFCA(Configured[IFCAConfig]):
         return state.assignment
 
     def eval_payload(self, state: IFCAState) -> dict[str, object]:
-        return {"centers": state.centers, "assignment": self.settings.assignment}
+        return {"centers": state.centers}

@@ -227,7 +227,7 @@ class StreamAlgorithm(Configured[StreamConfig], Generic[ST]):
         silently, until its mixture has moved by ``shift_threshold`` since its last upload (or
         ``max_silent_ticks`` passed). Also returns the client's costs: bytes down/up, samples
         trained, estimation forward passes and seconds spent training and estimating."""
-        a = self.settings
+        a = ctx.settings(StreamConfig)  # a client op: its settings from ctx, as every client op's
         self.attach(ctx, cs)
         reply = payload["replies"].get(ctx.client)
         extras = (payload if reply is None else reply).get("extras") or {}  # back to the server as they came
@@ -299,7 +299,7 @@ class StreamAlgorithm(Configured[StreamConfig], Generic[ST]):
         data at its first tick (objective (2) from that anchor, the stream's local work, its
         mini-batch order from the stream (seed, "unseen-shuffle", client)), is served
         :meth:`serve_unseen` and scored on that tick's test split. Never uploaded."""
-        a = self.settings
+        a = ctx.settings(StreamConfig)
         cs = self.init_client(ctx)
         anchor = self.first_anchor(payload)[0]
         set_flat(ctx.scratch, anchor)

@@ -193,7 +193,7 @@ def test_local_training_leaves_the_broadcast_models_unchanged(name):
 
     cfg = parse_config(small_config(algorithm={"name": name, "num_centers": 2}))
     models = torch.randn(2, 10, generator=torch.Generator().manual_seed(0))  # synthetic: Linear(10 -> 1)
-    payload = {"centers": models, "option": "model"} if name == "ifca" else {"learners": models}
+    payload = {"centers": models} if name == "ifca" else {"learners": models}  # IFCA's option: the config's
     before = models.clone()
     together = ClientHost(cfg, [0, 1]).call("train", [0, 1], payload, 0)
     torch.testing.assert_close(models, before, rtol=0, atol=0)

@@ -17,10 +17,11 @@ D = 10  # the linear model's parameter count on the small synthetic data
 
 
 def payload(algorithm: str) -> dict:
-    """A train payload of the algorithm (FedAvg: the global model; FedSoft: two centers)."""
+    """A train payload of the algorithm (FedAvg: the global model; FedSoft: two centers and the
+    weights u; its lambda is the config's)."""
     if algorithm == "fedavg":
         return {"model": torch.full((D,), 0.1)}
-    return {"prox_weight": 0.1, "u": np.full((10, 2), 0.5), "centers": torch.stack([torch.zeros(D), torch.ones(D)])}
+    return {"u": np.full((10, 2), 0.5), "centers": torch.stack([torch.zeros(D), torch.ones(D)])}
 
 
 def host(algorithm: str = "fedavg", clients=range(10), batched: str = "off") -> ClientHost:

@@ -46,13 +46,13 @@ def test_a_host_keeps_no_state_in_memory_between_calls(tmp_path):
     store = host.states
     assert isinstance(store, StateStore) and store.disk_bytes() == 0  # nothing built yet
     d = sum(p.numel() for p in host.scratch.parameters())
-    payload = {"prox_weight": 0.1, "u": torch.full((10, 2), 0.5).numpy(), "centers": torch.zeros(2, d)}
+    payload = {"u": torch.full((10, 2), 0.5).numpy(), "centers": torch.zeros(2, d)}  # lambda, sigma: the config's
     host.call("train", [2, 5], payload, 0)
     files = sorted(p.name for p in (tmp_path / "scratch").rglob("*.pt"))
     assert files == ["2.pt", "5.pt"] and not store._mem  # only the trained clients, on disk
     assert store.disk_bytes() > 0
     # estimating reads no state and evaluating changes none: neither writes a file
-    host.call("estimate", list(range(10)), {"centers": torch.zeros(2, d), "sigma": 1e-4}, 0)
+    host.call("estimate", list(range(10)), {"centers": torch.zeros(2, d)}, 0)
     host.call("evaluate", list(range(10)), {}, 0)
     assert sorted(p.name for p in (tmp_path / "scratch").rglob("*.pt")) == ["2.pt", "5.pt"]
     before = host.call("train", [5], payload, 1)[5].summed

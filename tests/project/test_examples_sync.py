@@ -55,10 +55,11 @@ def _job(folder: Path, *overrides: str) -> dict:
 
 
 # ============================================================================ FedProx by hand
-def _tiny_client() -> ClientContext:
+def _tiny_client(mu: float = 0.0) -> ClientContext:
     """One client of a 1-d linear regression: x = (1, 2), y = (2, 2), full-batch SGD lr 0.1,
-    2 local steps."""
-    cfg = parse_config({"algorithm": {"name": "fedavg", "clients_per_round": 1}, "data": {"clients": 1},
+    2 local steps; FedProx's mu (a setting: the client reads it from its config)."""
+    cfg = parse_config({"algorithm": {"name": "fedprox:FedProx", "clients_per_round": 1, "mu": mu},
+                        "data": {"clients": 1},
                         "train": {"optimizer": "sgd", "lr": 0.1, "batch_size": None, "local_epochs": 2}})
     data = ClientData(torch.tensor([[1.0], [2.0]]), torch.tensor([[2.0], [2.0]]), np.zeros(2, dtype=int))
     return ClientContext(cfg=cfg, client=0, data=data, info=DataInfo(input_dim=1, num_outputs=1, task="regression"),
@@ -71,10 +72,10 @@ def test_fedprox_local_step_adds_mu_times_the_distance_to_the_global_model(mu, e
     step 1 at w^t: residuals (-1, 0), gradient (-1, -1), the proximal term 0 -> (1.1, 0.1);
     step 2: residuals (-0.8, 0.3), gradient (-0.2, -0.5), plus mu (w - w^t) = mu (0.1, 0.1)
     -> mu = 0: (1.12, 0.15); mu = 1: gradient (-0.1, -0.4) -> (1.11, 0.14)."""
-    ctx = _tiny_client()
+    ctx = _tiny_client(mu)
     opt = SGD(ctx.scratch.parameters(), lr=0.1)
     start = torch.tensor([1.0, 0.0])  # [weight, bias]
-    _, w = fedprox._train(ctx, opt, {"model": start, "mu": mu}, 0)
+    _, w = fedprox._train(ctx, opt, {"model": start}, 0)  # the payload: w^t alone
     torch.testing.assert_close(w, torch.tensor(expected))
     assert torch.equal(start, torch.tensor([1.0, 0.0]))  # the broadcast model is not written into
 

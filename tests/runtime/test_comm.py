@@ -170,7 +170,9 @@ def test_ifca_sends_every_center_down_and_a_model_or_gradient_and_a_cluster_id_u
     run = raysoft.run(cfg, out=tmp_path)
     df = comm(run)
     cells = by_client(df)
-    down = s * F32 * d + len(option) + len("loss")  # the S centers, the option and the assignment rule
+    # the S centers alone: the option and the assignment rule are settings, which every client
+    # knows from the run's config (not sent; before, len(option) + len("loss") more bytes)
+    down = s * F32 * d
     up = NUMBER + F32 * d  # (the chosen center, its model or its gradient)
     assert set(cells.values()) == {(down, up)}
     assert len(cells) == 4 * 6
@@ -183,7 +185,7 @@ def test_ifca_s_initialiser_sends_the_centers_to_every_client_and_gets_a_cluster
     d = model_size(cfg)
     cells = by_client(comm(raysoft.run(cfg, out=tmp_path)))
     # round 0: 3 draws, every one refused (no center holds all the clients): 3 x (S centers down, an id up)
-    train_down, train_up = s * F32 * d + len("model") + len("loss"), NUMBER + F32 * d
+    train_down, train_up = s * F32 * d, NUMBER + F32 * d  # the centers (the settings are known, not sent)
     first = {k: v for (step, k), v in cells.items() if step == 1}
     assert len(first) == 10
     for down, up in first.values():
@@ -198,9 +200,11 @@ def test_fedsoft_sends_s_centers_and_its_own_weights_and_gets_estimates_and_its_
     run = raysoft.run(cfg, out=tmp_path)
     df = comm(run)
     cells = by_client(df)
-    estimate = (s * F32 * d + NUMBER, s * F64)  # (S centers + sigma, u_k: S float64 importance weights)
-    # (S centers + u_k + lambda + start, w_k + its distance to its mixture)
-    train = (s * F32 * d + s * F64 + NUMBER + len("local"), F32 * d + NUMBER)
+    # the payloads carry the run's state only: sigma, lambda (prox_weight) and start are settings,
+    # which every client knows from the run's config. (Before, the estimate also sent sigma, a
+    # float, 8 bytes, and the train call lambda, 8 bytes, and start, len("local") = 5 bytes.)
+    estimate = (s * F32 * d, s * F64)  # (S centers, u_k: S float64 importance weights)
+    train = (s * F32 * d + s * F64, F32 * d + NUMBER)  # (S centers + u_k, w_k + its distance to its mixture)
     both = (estimate[0] + train[0], estimate[1] + train[1])
     for (step, k), cell in cells.items():
         estimated = (step - 1) % 2 == 0  # rounds 0 and 2 (steps 1 and 3) estimate first
