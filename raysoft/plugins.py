@@ -341,6 +341,9 @@ def lookup(kind: str, name: str) -> Plugin:
         return found
     obj = target(kind, name)
     settings = obj if is_declaration(kind, obj) else getattr(resolve(kind, name), "Settings", BASES[kind])
+    if "plugin" in getattr(settings, "model_fields", {}):
+        raise PluginError(f"{KIND_WORD[kind]} {name!r}: its settings may not have a key named 'plugin' (a section's "
+                          "plugin is the record of the plug-in it names): rename the key")
     found = _LOOKED_UP[key] = Plugin(kind, name, settings, is_builtin(kind, name))
     return found
 

@@ -362,6 +362,28 @@ def test_a_config_looks_each_plugin_up_once_and_the_run_reads_its_records(plugdi
     assert sorted(made) == sorted(found)  # no plug-in was looked up a second time
 
 
+def test_a_setting_named_plugin_is_refused_in_one_line(plugdir):
+    write(plugdir, "keyed.py", """
+        import warnings
+        from raysoft.sdk import CallbackConfig
+        warnings.simplefilter("ignore")  # pydantic's own warning: the key hides the section's record
+
+        class KeyedConfig(CallbackConfig):
+            plugin: int = 1
+
+        class Keyed:
+            Settings = KeyedConfig
+            def __init__(self, settings, run): pass
+            def on_rows(self, rows): pass
+            def on_end(self, summary): pass
+    """)
+    with pytest.raises(raysoft.errors.ConfigError, match="callbacks.0.name: callback 'keyed:Keyed': its settings may "
+                       "not have a key named 'plugin'"):
+        from raysoft.config import parse_config
+
+        parse_config(small_config(callbacks=[{"name": "keyed:Keyed"}]))
+
+
 def test_a_section_made_in_code_finds_its_plugin_too():
     """A section not parsed from a config (built in code, or after unpickling on an actor) looks
     its plug-in up when it is first asked."""
