@@ -58,7 +58,10 @@ def _job(folder: Path, *overrides: str) -> dict:
 def _tiny_client(mu: float = 0.0) -> ClientContext:
     """One client of a 1-d linear regression: x = (1, 2), y = (2, 2), full-batch SGD lr 0.1,
     2 local steps; FedProx's mu (a setting: the client reads it from its config)."""
-    cfg = parse_config({"algorithm": {"name": "fedprox:FedProx", "clients_per_round": 1, "mu": mu},
+    # the settings of this module's own class: ctx.settings checks the class, and another test may
+    # have imported examples/fedprox again under the same name (a class of the same name, not this one)
+    settings = fedprox.FedProxConfig(name="fedprox:FedProx", clients_per_round=1, mu=mu)
+    cfg = parse_config({"algorithm": settings,
                         "data": {"clients": 1},
                         "train": {"optimizer": "sgd", "lr": 0.1, "batch_size": None, "local_epochs": 2}})
     data = ClientData(torch.tensor([[1.0], [2.0]]), torch.tensor([[2.0], [2.0]]), np.zeros(2, dtype=int))
