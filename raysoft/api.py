@@ -276,7 +276,14 @@ def _run_local(cfg: Config, progress: str | None, dir_name: str | None) -> RunRe
     with stop_on_signals():
         try:
             write_config(work, cfg.to_dict())
-            provenance.write(work, cfg)
+            provenance.write(work, cfg)  # (it may import torch: seconds in which a signal may come)
+        except KeyboardInterrupt as err:  # a signal before training: nothing to keep
+            shutil.rmtree(work, ignore_errors=True)
+            signum = getattr(err, "signum", signal.SIGINT)
+            if not checkpointed:  # as a signal during training says it
+                raise _stopped(signum, work, keep=False) from None
+            raise Interrupted(signum, f"run stopped by {signal.Signals(signum).name} before its first round; its "
+                              f"directory {work} was removed (nothing to resume)") from None
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -284,6 +291,16 @@ def _run_local(cfg: Config, progress: str | None, dir_name: str | None) -> RunRe
         _finish(cfg, work, final, tables, summary)
         _end_callbacks(callbacks, summary, final)
     return RunResult(run_dir=final, run_id=run_id, summary=summary)
+
+
+def _stopped(signum: int, work: Path, keep: bool) -> Interrupted:
+    """The one line of a run a signal stopped: where its directory was kept and how to continue
+    it (``keep``), or that its partial results were removed."""
+    name = signal.Signals(signum).name
+    if keep:
+        return Interrupted(signum, f"run stopped by {name}; {_kept(work)}")
+    return Interrupted(signum, f"run stopped by {name}; its partial results were removed (a run without "
+                       "checkpoints cannot be resumed: output.checkpoint_every makes it resumable)")
 
 
 def _kept(work: Path) -> str:
@@ -315,16 +332,8 @@ def _train(cfg: Config, run_id: str, work: Path, progress: str | None, resume: b
         tables, summary = run_backend(cfg, run_id, on_progress, run_dir=str(work), resume=resume)
         return tables, summary, callbacks
     except KeyboardInterrupt as err:
-        signum = getattr(err, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
         discard(refused=False)
-        if keep:
-            raise Interrupted(signum, f"run stopped by {name}; {_kept(work)}") from None
-        raise Interrupted(
-            signum,
-            f"run stopped by {name}; its partial results were removed (a run without "
-            "checkpoints cannot be resumed: output.checkpoint_every makes it resumable)",
-        ) from None
+        raise _stopped(getattr(err, "signum", signal.SIGINT), work, keep) from None
     except (MissingDataError, DataFileError) as err:  # found by a loader (in an actor, on another node)
         discard(refused=True)
         raise ConfigError(f"data: {err}") from None

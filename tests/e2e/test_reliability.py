@@ -437,6 +437,33 @@ def test_sigterm_stops_a_run_and_removes_its_partial_directory(tmp_path):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.parametrize("checkpoint_every, said", [
+    (0, "run stopped by SIGTERM; its partial results were removed (a run without checkpoints cannot be resumed: "
+        "output.checkpoint_every makes it resumable)"),
+    (2, "run stopped by SIGTERM before its first round; its directory {work} was removed (nothing to resume)"),
+])
+def test_sigterm_while_the_run_writes_its_config_says_what_was_removed(tmp_path, monkeypatch, checkpoint_every, said):
+    """A signal in the seconds before training (the run's provenance may import torch) removes
+    the new directory and says so, as a signal during training does (it said only "stopped by
+    SIGTERM" before)."""
+    from raysoft import provenance
+
+    made = []
+
+    def write(work, cfg):
+        made.append(work)
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives here, in the main thread
+        time.sleep(5)  # never reached: the handler raises first
+
+    monkeypatch.setattr(provenance, "write", write)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt) as err:
+        raysoft.run(_cfg(output={"checkpoint_every": checkpoint_every, "progress": "none"}), out=out)
+    (work,) = made
+    assert str(err.value) == said.format(work=work)
+    assert list(out.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_sigterm_keeps_a_checkpointed_run_resumable(tmp_path):
     cfg = _cfg(algorithm={"rounds": 30, "eval_every": 5}, data={"clients": 10, "samples_max": 150},
