@@ -256,12 +256,6 @@ class ScenarioData(DataConfig):
     base: str = Field("fmnist", description="the labelled pool: fmnist, emnist_letters (lowercase), cifar10, "
                       "cifar100, or a dataset plug-in with labelled_pool() (docs/plugins.md)")
     base_settings: dict[str, object] = Field(default_factory=dict, description="a plug-in base's own settings")
-
-    @property
-    def base_plugin(self) -> Plugin:
-        """The dataset ``base`` names (:class:`raysoft.plugins.Plugin`), as :attr:`plugin` for ``name``."""
-        return lookup("datasets", self.base)
-
     root: str | None = Field(None, description="folder of a built-in base's files (as data.root of fmnist ...)")
     pool_samples: int | None = Field(
         None, ge=1, description="use this many samples of the train split (a seeded subset); null: all"
@@ -314,6 +308,11 @@ class ScenarioData(DataConfig):
          "jobs/scenario_composed.yaml"),
     )
     """(name, its settings, definition, job file): the scenarios ``raysoft list datasets`` shows."""
+
+    @property
+    def base_plugin(self) -> Plugin:
+        """The dataset ``base`` names (:class:`raysoft.plugins.Plugin`), as :attr:`plugin` for ``name``."""
+        return lookup("datasets", self.base)
 
     @model_validator(mode="after")
     def _scenario_checks(self) -> ScenarioData:

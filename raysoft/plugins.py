@@ -296,7 +296,7 @@ def is_builtin(kind: str, name: str) -> bool:
 def is_stream_algorithm(name: str) -> bool:
     """The algorithm ``name`` names is an asynchronous stream: its settings are a StreamConfig
     (which a stream algorithm's must be), read without importing its code."""
-    return bool(getattr(settings_class("algorithms", name), "stream", False))
+    return lookup("algorithms", name).stream
 
 
 @dataclass(frozen=True)
